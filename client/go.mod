@@ -1,0 +1,3 @@
+module github.com/sparkim/spark/client
+
+go 1.26.0

@@ -1,0 +1,3 @@
+module github.com/sparkim/spark/gate
+
+go 1.26.0

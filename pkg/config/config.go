@@ -1,0 +1,208 @@
+// Package config loads the configuration shared by every process: one YAML
+// file with a section per process, every key overridable by an environment
+// variable named IM_ plus the upper-cased key path with "_" for "."
+// (IM_LOGIC_MYSQL_DSN sets logic.mysql.dsn). Built-in defaults work on a
+// developer machine except for secrets, which have none: production configs
+// never inherit the development ones.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/go-viper/mapstructure/v2"
+	"github.com/spf13/viper"
+)
+
+// Config is the whole configuration.
+type Config struct {
+	Log     Log     `mapstructure:"log"`
+	Cluster Cluster `mapstructure:"cluster"`
+	Queue   Queue   `mapstructure:"queue"`
+	Gate    Gate    `mapstructure:"gate"`
+	Logic   Logic   `mapstructure:"logic"`
+	Deliver Deliver `mapstructure:"deliver"`
+}
+
+// Log configures logging.
+type Log struct {
+	Level string `mapstructure:"level"`
+}
+
+// Cluster holds what every process of one cluster shares.
+type Cluster struct {
+	// Secret authenticates the internal gRPC links.
+	Secret string `mapstructure:"secret"`
+}
+
+// Queue configures the deliver queue; logic and deliver must agree on it.
+type Queue struct {
+	Partitions int `mapstructure:"partitions"`
+}
+
+// Redis is a Redis endpoint.
+type Redis struct {
+	Addr     string `mapstructure:"addr"`
+	Password string `mapstructure:"password"`
+	DB       int    `mapstructure:"db"`
+	PoolSize int    `mapstructure:"pool_size"`
+}
+
+// Gate configures a gate process.
+type Gate struct {
+	ID string `mapstructure:"id"`
+	// TCPAddr is the client TCP listener.
+	TCPAddr string `mapstructure:"tcp_addr"`
+	// PushAddr is the listen address of the Push gRPC server, and
+	// PushAdvertise the address logic and deliver dial (default PushAddr).
+	PushAddr      string `mapstructure:"push_addr"`
+	PushAdvertise string `mapstructure:"push_advertise"`
+	AdminAddr     string `mapstructure:"admin_addr"`
+	// LogicAddrs are the logic instances; the gate keeps StreamsPerLogic
+	// Gateway streams to each.
+	LogicAddrs      []string `mapstructure:"logic_addrs"`
+	StreamsPerLogic int      `mapstructure:"streams_per_logic"`
+	// MaxInflight bounds requests awaiting an answer per stream; past it
+	// the gate answers 50301 itself.
+	MaxInflight   int           `mapstructure:"max_inflight"`
+	MaxFrameSize  int           `mapstructure:"max_frame_size"`
+	AuthTimeout   time.Duration `mapstructure:"auth_timeout"`
+	IdleTimeout   time.Duration `mapstructure:"idle_timeout"`
+	WriteTimeout  time.Duration `mapstructure:"write_timeout"`
+	OutboundQueue int           `mapstructure:"outbound_queue"`
+	Shards        int           `mapstructure:"shards"`
+	// RequestTimeout is how long a forwarded request may wait for logic
+	// before the gate answers 50301.
+	RequestTimeout time.Duration `mapstructure:"request_timeout"`
+}
+
+// MySQL is the database of logic.
+type MySQL struct {
+	DSN          string `mapstructure:"dsn"`
+	MaxOpenConns int    `mapstructure:"max_open_conns"`
+	MaxIdleConns int    `mapstructure:"max_idle_conns"`
+}
+
+// Logic configures a logic process.
+type Logic struct {
+	GRPCAddr  string `mapstructure:"grpc_addr"`
+	AdminAddr string `mapstructure:"admin_addr"`
+	// MachineID is this process's MsgId machine id (0–1023), unique among
+	// running logic processes.
+	MachineID int    `mapstructure:"machine_id"`
+	MySQL     MySQL  `mapstructure:"mysql"`
+	Redis     Redis  `mapstructure:"redis"`
+	JWTSecret string `mapstructure:"jwt_secret"`
+	// TokenTTL is the default lifetime of tokens from IssueToken.
+	TokenTTL time.Duration `mapstructure:"token_ttl"`
+	// APIKeys are the business API keys accepted in "x-api-key".
+	APIKeys []string `mapstructure:"api_keys"`
+	// MsgIDWindow is how far a client-supplied msg_id may be from now.
+	MsgIDWindow time.Duration `mapstructure:"msg_id_window"`
+	// EnqueueRetries bounds XADD attempts before a send answers 50301.
+	EnqueueRetries int `mapstructure:"enqueue_retries"`
+}
+
+// Deliver configures a deliver process.
+type Deliver struct {
+	ID        string `mapstructure:"id"`
+	AdminAddr string `mapstructure:"admin_addr"`
+	Redis     Redis  `mapstructure:"redis"`
+	// BatchSize is how many entries one read takes from a partition.
+	BatchSize int `mapstructure:"batch_size"`
+	// LeaseTTL is how long a partition lease lives without renewal; a
+	// crashed instance's partitions are taken over after it.
+	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
+	// PushTimeout bounds one Push RPC to a gate.
+	PushTimeout time.Duration `mapstructure:"push_timeout"`
+}
+
+// Defaults are the built-in values; keys absent here cannot be set from the
+// environment.
+var defaults = map[string]any{
+	"log.level":                  "info",
+	"cluster.secret":             "",
+	"queue.partitions":           16,
+	"gate.id":                    "gate-1",
+	"gate.tcp_addr":              "127.0.0.1:8100",
+	"gate.push_addr":             "127.0.0.1:8110",
+	"gate.push_advertise":        "",
+	"gate.admin_addr":            "127.0.0.1:8120",
+	"gate.logic_addrs":           []string{"127.0.0.1:9000"},
+	"gate.streams_per_logic":     4,
+	"gate.max_inflight":          4096,
+	"gate.max_frame_size":        64 << 10,
+	"gate.auth_timeout":          10 * time.Second,
+	"gate.idle_timeout":          120 * time.Second,
+	"gate.write_timeout":         5 * time.Second,
+	"gate.outbound_queue":        256,
+	"gate.shards":                64,
+	"gate.request_timeout":       10 * time.Second,
+	"logic.grpc_addr":            "127.0.0.1:9000",
+	"logic.admin_addr":           "127.0.0.1:9020",
+	"logic.machine_id":           1,
+	"logic.mysql.dsn":            "root@tcp(127.0.0.1:3306)/spark_im?parseTime=true&loc=UTC",
+	"logic.mysql.max_open_conns": 64,
+	"logic.mysql.max_idle_conns": 64,
+	"logic.redis.addr":           "127.0.0.1:6379",
+	"logic.redis.password":       "",
+	"logic.redis.db":             0,
+	"logic.redis.pool_size":      64,
+	"logic.jwt_secret":           "",
+	"logic.token_ttl":            7 * 24 * time.Hour,
+	"logic.api_keys":             []string{},
+	"logic.msg_id_window":        5 * time.Minute,
+	"logic.enqueue_retries":      3,
+	"deliver.id":                 "deliver-1",
+	"deliver.admin_addr":         "127.0.0.1:9040",
+	"deliver.redis.addr":         "127.0.0.1:6379",
+	"deliver.redis.password":     "",
+	"deliver.redis.db":           0,
+	"deliver.redis.pool_size":    32,
+	"deliver.batch_size":         64,
+	"deliver.lease_ttl":          10 * time.Second,
+	"deliver.push_timeout":       3 * time.Second,
+}
+
+// Load reads path (empty: defaults and environment only) and applies the
+// environment overrides.
+func Load(path string) (*Config, error) {
+	v := viper.New()
+	for k, val := range defaults {
+		v.SetDefault(k, val)
+	}
+	v.SetEnvPrefix("IM")
+	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
+	v.AutomaticEnv()
+	if path != "" {
+		v.SetConfigFile(path)
+		if err := v.ReadInConfig(); err != nil {
+			return nil, fmt.Errorf("config: read %s: %w", path, err)
+		}
+	}
+	var c Config
+	err := v.Unmarshal(&c, viper.DecodeHook(mapstructure.ComposeDecodeHookFunc(
+		mapstructure.StringToTimeDurationHookFunc(),
+		mapstructure.StringToSliceHookFunc(","),
+	)))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if c.Gate.PushAdvertise == "" {
+		c.Gate.PushAdvertise = c.Gate.PushAddr
+	}
+	if c.Queue.Partitions < 1 {
+		return nil, errors.New("config: queue.partitions must be at least 1")
+	}
+	return &c, nil
+}
+
+// RequireSecret fails when a secret the process needs is empty.
+func RequireSecret(name, value string) error {
+	if value == "" {
+		return fmt.Errorf("config: %s is empty; set it in the config file or IM_%s", name, strings.ToUpper(strings.ReplaceAll(name, ".", "_")))
+	}
+	return nil
+}

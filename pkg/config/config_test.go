@@ -1,0 +1,49 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "im.yaml")
+	if err := os.WriteFile(path, []byte("logic:\n  jwt_secret: from-file\n  machine_id: 5\ngate:\n  idle_timeout: 30s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("IM_LOGIC_MYSQL_DSN", "u@tcp(db:3306)/x")
+	t.Setenv("IM_LOGIC_MACHINE_ID", "9")
+	t.Setenv("IM_GATE_LOGIC_ADDRS", "a:1,b:2")
+	t.Setenv("IM_LOGIC_API_KEYS", "k1")
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name      string
+		got, want any
+	}{
+		{"file value", c.Logic.JWTSecret, "from-file"},
+		{"env beats file", c.Logic.MachineID, 9},
+		{"env string", c.Logic.MySQL.DSN, "u@tcp(db:3306)/x"},
+		{"file duration", c.Gate.IdleTimeout, 30 * time.Second},
+		{"default duration", c.Gate.AuthTimeout, 10 * time.Second},
+		{"env list", len(c.Gate.LogicAddrs), 2},
+		{"env single list", len(c.Logic.APIKeys), 1},
+		{"advertise defaults to listen", c.Gate.PushAdvertise, c.Gate.PushAddr},
+		{"no default secret", c.Cluster.Secret, ""},
+	}
+	for _, tt := range tests {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %v want %v", tt.name, tt.got, tt.want)
+		}
+	}
+	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil {
+		t.Error("missing file accepted")
+	}
+	if RequireSecret("logic.jwt_secret", "") == nil {
+		t.Error("empty secret accepted")
+	}
+}

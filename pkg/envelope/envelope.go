@@ -1,0 +1,88 @@
+// Package envelope builds the response body every answer and push carries:
+// {"code":"0","msg":"ok","request_id":"<11 base62>","data":{}}.
+package envelope
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/sparkim/spark/pkg/errcode"
+)
+
+const base62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+// RequestIDLen is the length of a server request id.
+const RequestIDLen = 11
+
+// IDSource issues request ids: 11 base62 characters, unique per process run
+// and unpredictable across processes (random prefix, counter suffix).
+type IDSource struct {
+	prefix uint64
+	n      atomic.Uint64
+}
+
+// NewIDSource returns an IDSource seeded from crypto/rand.
+func NewIDSource() *IDSource {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &IDSource{prefix: binary.BigEndian.Uint64(b[:])}
+}
+
+// Next returns a new request id.
+func (s *IDSource) Next() string {
+	// 62^11 ≈ 5.2e19 > 2^64, so any uint64 fits in 11 digits.
+	v := s.prefix ^ (s.n.Add(1) * 0x9E3779B97F4A7C15)
+	var out [RequestIDLen]byte
+	for i := RequestIDLen - 1; i >= 0; i-- {
+		out[i] = base62[v%62]
+		v /= 62
+	}
+	return string(out[:])
+}
+
+// Response is the decoded envelope, used by clients.
+type Response struct {
+	Code      errcode.Code    `json:"code"`
+	Msg       string          `json:"msg"`
+	RequestID string          `json:"request_id"`
+	Data      json.RawMessage `json:"data"`
+}
+
+// OK builds a success envelope around data, which must already be JSON (nil
+// means {}).
+func OK(requestID string, data []byte) []byte {
+	return build(make([]byte, 0, 64+len(data)), errcode.OK, errcode.OK.Message(), requestID, data)
+}
+
+// Fail builds a failure envelope; data is always {}.
+func Fail(requestID string, code errcode.Code, msg string) []byte {
+	if msg == "" {
+		msg = code.Message()
+	}
+	return build(make([]byte, 0, 96), code, msg, requestID, nil)
+}
+
+// FromError builds the failure envelope for err (see errcode.Of).
+func FromError(requestID string, err error) []byte {
+	c, m := errcode.Of(err)
+	return Fail(requestID, c, m)
+}
+
+func build(b []byte, code errcode.Code, msg, requestID string, data []byte) []byte {
+	b = append(b, `{"code":"`...)
+	b = append(b, code...)
+	b = append(b, `","msg":`...)
+	b = strconv.AppendQuote(b, msg)
+	b = append(b, `,"request_id":"`...)
+	b = append(b, requestID...)
+	b = append(b, `","data":`...)
+	if len(data) == 0 {
+		b = append(b, "{}"...)
+	} else {
+		b = append(b, data...)
+	}
+	return append(b, '}')
+}

@@ -1,0 +1,97 @@
+// Package errcode is the table of error codes carried in the "code" field of
+// every response envelope. Codes are strings; "0" is success.
+package errcode
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Code is a response code.
+type Code string
+
+// The codes. The first three digits follow HTTP status semantics.
+const (
+	OK              Code = "0"
+	InvalidArgument Code = "40001"
+	BadToken        Code = "40101"
+	NotAuthed       Code = "40102"
+	Forbidden       Code = "40301"
+	NotFound        Code = "40401"
+	Conflict        Code = "40901"
+	TooLarge        Code = "41301"
+	RateLimited     Code = "42901"
+	Internal        Code = "50001"
+	Busy            Code = "50301"
+)
+
+var messages = map[Code]string{
+	OK:              "ok",
+	InvalidArgument: "invalid argument",
+	BadToken:        "bad or expired token",
+	NotAuthed:       "not authenticated",
+	Forbidden:       "forbidden",
+	NotFound:        "not found",
+	Conflict:        "conflict",
+	TooLarge:        "too large",
+	RateLimited:     "rate limited",
+	Internal:        "internal error",
+	Busy:            "busy, retry with the same client_msg_id",
+}
+
+// All lists every code in table order, for documentation and tests.
+func All() []Code {
+	return []Code{OK, InvalidArgument, BadToken, NotAuthed, Forbidden, NotFound, Conflict, TooLarge, RateLimited, Internal, Busy}
+}
+
+// Message is the default human-readable text of c.
+func (c Code) Message() string {
+	if m, ok := messages[c]; ok {
+		return m
+	}
+	return "error"
+}
+
+// Error is an error that carries a response code and a client-facing message.
+type Error struct {
+	Code Code
+	Msg  string
+	Err  error // cause, for logs only; never shown to the client
+}
+
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s %s: %v", e.Code, e.Msg, e.Err)
+	}
+	return string(e.Code) + " " + e.Msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// New returns an *Error with a client-facing message.
+func New(c Code, msg string) *Error {
+	if msg == "" {
+		msg = c.Message()
+	}
+	return &Error{Code: c, Msg: msg}
+}
+
+// Wrap returns an *Error whose cause is err; the client sees only msg.
+func Wrap(c Code, msg string, err error) *Error {
+	e := New(c, msg)
+	e.Err = err
+	return e
+}
+
+// Of returns the code and client message for any error: the code of the
+// outermost *Error in its chain, or Internal.
+func Of(err error) (Code, string) {
+	if err == nil {
+		return OK, OK.Message()
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code, e.Msg
+	}
+	return Internal, Internal.Message()
+}

@@ -1,0 +1,38 @@
+// Package protocol defines the client commands and the JSON bodies they
+// carry (DESIGN.md §3). Ids in bodies use jsonid.ID: written as strings,
+// read from strings or numbers.
+package protocol
+
+// Command numbers of the Spark frame.
+const (
+	CmdAuth             uint16 = 1
+	CmdHeartbeat        uint16 = 2
+	CmdGenerateMsgID    uint16 = 3
+	CmdSendMessage      uint16 = 4
+	CmdSendAck          uint16 = 5
+	CmdMessage          uint16 = 6
+	CmdPushAck          uint16 = 7
+	CmdReadMessage      uint16 = 8
+	CmdRecallMessage    uint16 = 9
+	CmdSyncInbox        uint16 = 10
+	CmdSyncInboxFinish  uint16 = 11
+	CmdSyncMessages     uint16 = 12
+	CmdSyncMessagesDone uint16 = 13
+	CmdKick             uint16 = 14
+	CmdDeleteMessage    uint16 = 15
+)
+
+// MaxKnownCommand is the highest command number the server understands.
+const MaxKnownCommand = CmdDeleteMessage
+
+// Conversation types.
+const (
+	ConversationP2P   = 1
+	ConversationGroup = 2
+)
+
+// Message status values in sync answers.
+const (
+	StatusNormal   = 1
+	StatusRecalled = 2
+)

@@ -1,0 +1,49 @@
+// Package rediskey names every Redis key. Keys are prefixed "im:" and put
+// the part that must stay in one Redis Cluster slot in a {hash tag}.
+package rediskey
+
+import "strconv"
+
+// Prefix starts every key.
+const Prefix = "im:"
+
+// Route is the HASH device_id → "gate_id|conn_id|since_ms" of a user.
+func Route(userID int64) string { return Prefix + "route:{" + strconv.FormatInt(userID, 10) + "}" }
+
+// Gate is the HASH (push_addr, started_at) of a live gate, with a TTL.
+func Gate(gateID string) string { return Prefix + "gate:{" + gateID + "}" }
+
+// Deliver is the deliver STREAM of partition p.
+func Deliver(p int) string { return Prefix + "deliver:{" + strconv.Itoa(p) + "}" }
+
+// DeliverLease is the lease a deliver instance holds on partition p. It
+// shares the stream's hash tag so a lease check and a stream read can run in
+// one script.
+func DeliverLease(p int) string { return Prefix + "deliver:{" + strconv.Itoa(p) + "}:lease" }
+
+// DeliverDone marks a message whose fan-out completed, so a job enqueued
+// again by a client retry is not pushed twice.
+func DeliverDone(p int, msgID int64) string {
+	return Prefix + "deliver:{" + strconv.Itoa(p) + "}:done:" + strconv.FormatInt(msgID, 10)
+}
+
+// DeliverMembers is the ZSET of live deliver instances (score: last seen ms).
+func DeliverMembers() string { return Prefix + "deliver:members" }
+
+// MachineLease is the lease on a MsgId machine id held by one logic process.
+func MachineLease(machineID int) string { return Prefix + "msgid:machine:" + strconv.Itoa(machineID) }
+
+// DeliverGroup is the consumer group of the deliver streams.
+const DeliverGroup = "deliver"
+
+// Partition maps a conversation to its deliver partition.
+func Partition(conversationID int64, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	p := conversationID % int64(partitions)
+	if p < 0 {
+		p = -p
+	}
+	return int(p)
+}

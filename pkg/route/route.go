@@ -1,0 +1,58 @@
+// Package route encodes the route table entries that say which gate holds a
+// device: im:route:{uid} is a HASH device_id → "gate_id|conn_id|since_ms".
+package route
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Entry is one device's route.
+type Entry struct {
+	GateID  string
+	ConnID  uint64
+	SinceMs int64
+}
+
+// String encodes e as "gate_id|conn_id|since_ms".
+func (e Entry) String() string {
+	return e.GateID + "|" + strconv.FormatUint(e.ConnID, 10) + "|" + strconv.FormatInt(e.SinceMs, 10)
+}
+
+// Parse decodes a route value.
+func Parse(s string) (Entry, error) {
+	a, rest, ok := strings.Cut(s, "|")
+	b, c, ok2 := strings.Cut(rest, "|")
+	if !ok || !ok2 || a == "" {
+		return Entry{}, fmt.Errorf("route: malformed entry %q", s)
+	}
+	conn, err := strconv.ParseUint(b, 10, 64)
+	if err != nil {
+		return Entry{}, fmt.Errorf("route: malformed conn id in %q", s)
+	}
+	since, err := strconv.ParseInt(c, 10, 64)
+	if err != nil {
+		return Entry{}, fmt.Errorf("route: malformed since in %q", s)
+	}
+	return Entry{GateID: a, ConnID: conn, SinceMs: since}, nil
+}
+
+// CompareAndDeleteScript deletes a device's route only while it still names
+// the given value, so a late close of an old connection never removes the
+// route of its replacement. KEYS[1] route key, ARGV[1] device, ARGV[2] value.
+const CompareAndDeleteScript = `
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  return redis.call('HDEL', KEYS[1], ARGV[1])
+end
+return 0`
+
+// SwapScript sets a device's route and returns the previous value (or
+// false), atomically, so exactly one AUTH sees each old connection to kick.
+// The hash has no TTL: a connection may live for days, and entries left by a
+// crashed gate are removed by deliver when that gate reports them missing.
+// KEYS[1] route key, ARGV[1] device, ARGV[2] new value.
+const SwapScript = `
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return old`
