@@ -13,6 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sparkim/spark/pkg/failpoint"
 )
 
 // Server is the admin HTTP server.
@@ -40,6 +42,9 @@ func Listen(addr string, reg *prometheus.Registry, ready func() error) (*Server,
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if h := failpoint.Handler(); h != nil {
+		mux.Handle("/debug/failpoints", h)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err
