@@ -1,0 +1,130 @@
+// Package gatetest is a fake gate Push server for deliver's tests: it
+// records every Push and answers with the targets it was told are missing.
+package gatetest
+
+import (
+	"context"
+	"net"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/rediskey"
+)
+
+// Gate is a fake gate.
+type Gate struct {
+	gatev1.UnimplementedPushServer
+	ID   string
+	Addr string
+
+	mu      sync.Mutex
+	pushes  []*gatev1.PushRequest
+	missing map[uint64]bool
+	notify  chan struct{}
+}
+
+// Start serves a fake gate on 127.0.0.1:0, requiring secret, and registers
+// it in Redis under id. It stops when the test ends.
+func Start(t testing.TB, rdb redis.Cmdable, id, secret string) *Gate {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gate{ID: id, Addr: ln.Addr().String(), missing: map[uint64]bool{}, notify: make(chan struct{}, 1024)}
+	srv := grpc.NewServer(clusterauth.NewGuard(secret).ServerOptions()...)
+	gatev1.RegisterPushServer(srv, g)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	ctx := context.Background()
+	if err := rdb.HSet(ctx, rediskey.Gate(id), "push_addr", g.Addr, "started_at", time.Now().UnixMilli()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// SetMissing makes the gate report conn as missing.
+func (g *Gate) SetMissing(conn uint64) {
+	g.mu.Lock()
+	g.missing[conn] = true
+	g.mu.Unlock()
+}
+
+// Push records the request.
+func (g *Gate) Push(_ context.Context, req *gatev1.PushRequest) (*gatev1.PushReply, error) {
+	g.mu.Lock()
+	g.pushes = append(g.pushes, req)
+	reply := &gatev1.PushReply{}
+	for _, t := range req.GetTargets() {
+		if g.missing[t.GetConnId()] {
+			reply.Missing = append(reply.Missing, t)
+		} else {
+			reply.Delivered++
+		}
+	}
+	g.mu.Unlock()
+	select {
+	case g.notify <- struct{}{}:
+	default:
+	}
+	return reply, nil
+}
+
+// Pushes returns the recorded requests.
+func (g *Gate) Pushes() []*gatev1.PushRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*gatev1.PushRequest(nil), g.pushes...)
+}
+
+// WaitPushes waits until at least n pushes arrived or d passed.
+func (g *Gate) WaitPushes(n int, d time.Duration) []*gatev1.PushRequest {
+	deadline := time.After(d)
+	for {
+		if ps := g.Pushes(); len(ps) >= n {
+			return ps
+		}
+		select {
+		case <-g.notify:
+		case <-deadline:
+			return g.Pushes()
+		}
+	}
+}
+
+// Redis returns a client on db of the test Redis (SPARK_TEST_REDIS_ADDR,
+// default 127.0.0.1:6379), flushed; the test is skipped when Redis is
+// unreachable. db must not be 0.
+func Redis(t testing.TB, db int) *redis.Client {
+	t.Helper()
+	if db == 0 {
+		t.Fatal("tests never use Redis DB 0")
+	}
+	addr := getenv("SPARK_TEST_REDIS_ADDR", "127.0.0.1:6379")
+	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		t.Skipf("redis at %s unreachable: %v", addr, err)
+	}
+	if err := rdb.FlushDB(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func getenv(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

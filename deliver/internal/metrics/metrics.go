@@ -1,0 +1,78 @@
+// Package metrics holds deliver's Prometheus collectors, registered on the
+// process's own registry (never the global one).
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Job results for Metrics.Jobs.
+const (
+	ResultPushed    = "pushed"
+	ResultDuplicate = "duplicate"
+	ResultMalformed = "malformed"
+	ResultUnknown   = "unknown_kind"
+)
+
+// Metrics are deliver's collectors.
+type Metrics struct {
+	// Jobs counts finished jobs by result.
+	Jobs *prometheus.CounterVec
+	// PushSeconds is the latency of one Push RPC to one gate.
+	PushSeconds prometheus.Histogram
+	// PushErrors counts Push RPCs that failed; their devices count as offline.
+	PushErrors prometheus.Counter
+	// Delivered counts targets a gate queued the frame for.
+	Delivered prometheus.Counter
+	// Missing counts targets a gate no longer holds (their routes are removed).
+	Missing prometheus.Counter
+	// Dropped counts targets whose outbound queue on the gate was full.
+	Dropped prometheus.Counter
+	// StaleRoutes counts route entries removed (missing, dead gate, malformed).
+	StaleRoutes prometheus.Counter
+	// QueueLag is now minus the job's enqueued_at_ms when it is processed.
+	QueueLag prometheus.Histogram
+	// OwnedPartitions is the number of partition leases held.
+	OwnedPartitions prometheus.Gauge
+	// RedisErrors counts failed Redis operations (they are retried).
+	RedisErrors prometheus.Counter
+}
+
+// New creates the collectors and registers them on reg.
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "jobs_total", Help: "Deliver jobs finished, by result.",
+		}, []string{"result"}),
+		PushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "deliver", Name: "push_seconds", Help: "Latency of one Push RPC to a gate.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		PushErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "push_errors_total", Help: "Push RPCs that failed.",
+		}),
+		Delivered: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "push_delivered_total", Help: "Targets whose frame a gate queued.",
+		}),
+		Missing: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "push_missing_total", Help: "Targets a gate reported missing.",
+		}),
+		Dropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "push_dropped_total", Help: "Targets a gate dropped (outbound queue full).",
+		}),
+		StaleRoutes: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "stale_routes_removed_total", Help: "Route entries removed as stale.",
+		}),
+		QueueLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "deliver", Name: "queue_lag_seconds", Help: "Time from enqueue to processing.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		OwnedPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "deliver", Name: "owned_partitions", Help: "Partition leases held by this instance.",
+		}),
+		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "redis_errors_total", Help: "Failed Redis operations (retried).",
+		}),
+	}
+	reg.MustRegister(m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.Dropped,
+		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors)
+	return m
+}
