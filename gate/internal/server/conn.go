@@ -1,0 +1,162 @@
+package server
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// Connection states (DESIGN.md §6 Sessions).
+const (
+	stateConnecting int32 = iota
+	stateAuthenticated
+	stateClosed
+)
+
+// ConnIDs issues connection ids unique per gate id across restarts:
+// uint64(start_unix_seconds)<<32 | counter (docs/internals.md).
+type ConnIDs struct {
+	base uint64
+	n    atomic.Uint32
+}
+
+// NewConnIDs seeds the ids from the process start time.
+func NewConnIDs(start time.Time) *ConnIDs {
+	return &ConnIDs{base: uint64(start.Unix()) << 32}
+}
+
+// Next returns a new connection id.
+func (g *ConnIDs) Next() uint64 { return g.base | uint64(g.n.Add(1)) }
+
+// Conn is one client connection. Its inbound side is only touched by the
+// netpoll OnRequest callback (which netpoll serialises per connection);
+// everything shared with pushes and logic answers is atomic or under mu.
+type Conn struct {
+	id        uint64
+	nc        netpoll.Connection
+	realIP    string
+	createdAt time.Time
+
+	state      atomic.Int32
+	lastActive atomic.Int64 // unix nanos of the last inbound frame
+	pushSeq    atomic.Uint32
+	// authInflight is set while an AUTH is with logic, so a second AUTH is
+	// refused instead of racing the first.
+	authInflight atomic.Bool
+	// stream is the upstream stream this connection is pinned to.
+	stream atomic.Pointer[stream]
+
+	mu          sync.Mutex
+	session     *logicv1.Session
+	closeReason string
+
+	out *Outbound
+
+	// pending holds the start of a frame that has not fully arrived, so
+	// OnRequest never returns with unread bytes in netpoll's buffer.
+	pending []byte
+}
+
+func newConn(id uint64, nc netpoll.Connection, realIP string, now time.Time) *Conn {
+	c := &Conn{id: id, nc: nc, realIP: realIP, createdAt: now}
+	c.lastActive.Store(now.UnixNano())
+	return c
+}
+
+// ID returns the connection id.
+func (c *Conn) ID() uint64 { return c.id }
+
+// Authenticated reports whether AUTH succeeded and the connection is open.
+func (c *Conn) Authenticated() bool { return c.state.Load() == stateAuthenticated }
+
+// Session returns the bound session, nil before AUTH.
+func (c *Conn) Session() *logicv1.Session {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session
+}
+
+// bind authenticates the connection; it reports false when it was closed
+// or already authenticated meanwhile.
+func (c *Conn) bind(s *logicv1.Session) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.state.CompareAndSwap(stateConnecting, stateAuthenticated) {
+		return false
+	}
+	c.session = s
+	return true
+}
+
+// matches reports whether the connection is authenticated as (user, device):
+// a stale route must never reach a connection id reused by someone else.
+func (c *Conn) matches(userID int64, deviceID string) bool {
+	if !c.Authenticated() {
+		return false
+	}
+	s := c.Session()
+	return s != nil && s.UserId == userID && s.DeviceId == deviceID
+}
+
+// touch records inbound activity for the idle sweeper.
+func (c *Conn) touch(now time.Time) { c.lastActive.Store(now.UnixNano()) }
+
+// nextPushSeq returns the SequenceID of the next push to this connection.
+func (c *Conn) nextPushSeq() uint32 { return c.pushSeq.Add(1) }
+
+// setCloseReason records why the connection closes; the first reason wins,
+// since later ones are consequences of it.
+func (c *Conn) setCloseReason(reason string) {
+	c.mu.Lock()
+	if c.closeReason == "" {
+		c.closeReason = reason
+	}
+	c.mu.Unlock()
+}
+
+func (c *Conn) reason() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closeReason == "" {
+		return "peer closed"
+	}
+	return c.closeReason
+}
+
+// Close closes the connection now; queued frames are discarded.
+func (c *Conn) Close(reason string) {
+	c.setCloseReason(reason)
+	_ = c.nc.Close()
+}
+
+// write implements sink: netpoll's Write blocks until the bytes are handed
+// to the kernel or the connection's write timeout expires.
+func (c *Conn) write(b []byte) error {
+	_, err := c.nc.Write(b)
+	return err
+}
+
+// shutdown implements sink.
+func (c *Conn) shutdown(reason string) { c.Close(reason) }
+
+// remoteIP is the seam for the client's real address. Today it is the TCP
+// peer; behind an L4 balancer the PROXY protocol header parsed before the
+// first frame will replace it.
+func remoteIP(addr net.Addr) string {
+	switch a := addr.(type) {
+	case *net.TCPAddr:
+		return a.IP.String()
+	case nil:
+		return ""
+	}
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return host
+}

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Metrics are the gate's counters. They are plain atomics so the hot path
+// never touches a label map, and Stats can read them without scraping;
+// Prometheus reads the same values through func collectors.
+type Metrics struct {
+	Connections      atomic.Int64
+	Authenticated    atomic.Int64
+	FramesIn         atomic.Uint64
+	FramesOut        atomic.Uint64
+	PushesDropped    atomic.Uint64
+	ResponsesDropped atomic.Uint64
+	BusyRejects      atomic.Uint64
+	PushAcks         atomic.Uint64
+	LateResponses    atomic.Uint64
+	ClosedDropped    atomic.Uint64
+	StreamsUp        atomic.Int64
+
+	// ForwardLatency measures Request sent → Response received.
+	ForwardLatency prometheus.Histogram
+}
+
+// NewMetrics registers the gate's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ForwardLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "gate",
+			Name:      "forward_latency_seconds",
+			Help:      "Time from forwarding a request to logic until its response arrives.",
+			Buckets:   prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+	}
+	gauge := func(name, help string, v *atomic.Int64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gate", Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "gate", Name: name, Help: help},
+			func() float64 { return float64(v.Load()) })
+	}
+	reg.MustRegister(
+		m.ForwardLatency,
+		gauge("connections", "Open client connections.", &m.Connections),
+		gauge("authenticated_connections", "Authenticated client connections.", &m.Authenticated),
+		gauge("logic_streams_up", "Gateway streams to logic that are connected.", &m.StreamsUp),
+		counter("frames_in_total", "Frames received from clients.", &m.FramesIn),
+		counter("frames_out_total", "Frames written to clients.", &m.FramesOut),
+		counter("pushes_dropped_total", "Pushes dropped because an outbound queue was full.", &m.PushesDropped),
+		counter("responses_dropped_total", "Request answers dropped because an outbound queue was full.", &m.ResponsesDropped),
+		counter("busy_rejects_total", "Requests the gate answered 50301 itself.", &m.BusyRejects),
+		counter("push_acks_total", "PUSH_ACK frames received.", &m.PushAcks),
+		counter("late_responses_total", "Responses from logic that arrived after their request was answered.", &m.LateResponses),
+		counter("closed_dropped_total", "Closed notifications that could not be queued to logic.", &m.ClosedDropped),
+	)
+	return m
+}

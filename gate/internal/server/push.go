@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sparkim/spark/pkg/envelope"
+	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/protocol"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+)
+
+// pushService is gate.v1.Push: deliver and logic write frames to this
+// gate's connections through it.
+type pushService struct {
+	gatev1.UnimplementedPushServer
+	s *Server
+}
+
+func checkCommand(cmd uint32) (uint16, error) {
+	if cmd == 0 || cmd > 0xFFFF {
+		return 0, status.Errorf(codes.InvalidArgument, "command %d out of range", cmd)
+	}
+	return uint16(cmd), nil
+}
+
+// Push writes one frame to many connections. The body is shared; only the
+// 23-byte header differs per target (its SequenceID).
+func (p *pushService) Push(ctx context.Context, req *gatev1.PushRequest) (*gatev1.PushReply, error) {
+	cmd, err := checkCommand(req.Command)
+	if err != nil {
+		return nil, err
+	}
+	reply := &gatev1.PushReply{}
+	for _, t := range req.Targets {
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+		c := p.s.table.Get(t.ConnId)
+		if c == nil || !c.matches(t.UserId, t.DeviceId) {
+			reply.Missing = append(reply.Missing, t)
+			continue
+		}
+		switch p.s.push(c, cmd, req.Body) {
+		case queued:
+			reply.Delivered++
+		case queueFull:
+			reply.Dropped = append(reply.Dropped, t)
+		case queueClosed:
+			reply.Missing = append(reply.Missing, t)
+		}
+	}
+	return reply, nil
+}
+
+// push queues a server-initiated frame: RequestID 0 and the connection's
+// next SequenceID, which PUSH_ACK echoes.
+func (s *Server) push(c *Conn, cmd uint16, body []byte) enqueueResult {
+	res := c.out.Enqueue(outFrame{
+		hdr:  frame.Header{Command: cmd, SequenceID: c.nextPushSeq()},
+		body: body,
+		kind: kindPush,
+	})
+	if res == queueFull {
+		s.metrics.PushesDropped.Add(1)
+	}
+	return res
+}
+
+// Kick writes KICK {"reason"} to each matching target and closes it after
+// the write. The connection leaves the table at once, so pushes racing the
+// kick already report it missing.
+func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev1.KickReply, error) {
+	reason := req.Reason
+	if reason == "" {
+		reason = "kicked"
+	}
+	data, err := json.Marshal(struct {
+		Reason string `json:"reason"`
+	}{reason})
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encode kick: %v", err)
+	}
+	body := envelope.OK(p.s.ids.Next(), data)
+	reply := &gatev1.KickReply{}
+	for _, t := range req.Targets {
+		if err := ctx.Err(); err != nil {
+			return nil, status.FromContextError(err).Err()
+		}
+		c := p.s.table.Get(t.ConnId)
+		if c == nil || !c.matches(t.UserId, t.DeviceId) {
+			continue
+		}
+		if p.s.kick(c, reason, body) {
+			reply.Kicked++
+		}
+	}
+	return reply, nil
+}
+
+func (s *Server) kick(c *Conn, reason string, body []byte) bool {
+	if !s.table.Remove(c) {
+		return false
+	}
+	c.setCloseReason(fmt.Sprintf("kicked: %s", reason))
+	res := c.out.Enqueue(outFrame{
+		hdr:   frame.Header{Command: protocol.CmdKick, SequenceID: c.nextPushSeq()},
+		body:  body,
+		kind:  kindControl,
+		close: true,
+	})
+	if res != queued {
+		c.Close("kicked")
+	}
+	return true
+}
+
+// Broadcast writes one frame to every authenticated connection.
+func (p *pushService) Broadcast(ctx context.Context, req *gatev1.BroadcastRequest) (*gatev1.BroadcastReply, error) {
+	cmd, err := checkCommand(req.Command)
+	if err != nil {
+		return nil, err
+	}
+	reply := &gatev1.BroadcastReply{}
+	p.s.table.Range(func(c *Conn) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		if !c.Authenticated() {
+			return true
+		}
+		switch p.s.push(c, cmd, req.Body) {
+		case queued:
+			reply.Delivered++
+		case queueFull:
+			reply.Dropped++
+		}
+		return true
+	})
+	if err := ctx.Err(); err != nil {
+		return nil, status.FromContextError(err).Err()
+	}
+	return reply, nil
+}
+
+// Stats reports the gate's counters.
+func (p *pushService) Stats(context.Context, *gatev1.StatsRequest) (*gatev1.StatsReply, error) {
+	m := p.s.metrics
+	return &gatev1.StatsReply{
+		GateId:        p.s.cfg.ID,
+		Connections:   uint64(max(m.Connections.Load(), 0)),
+		Authenticated: uint64(max(m.Authenticated.Load(), 0)),
+		FramesIn:      m.FramesIn.Load(),
+		FramesOut:     m.FramesOut.Load(),
+		PushesDropped: m.PushesDropped.Load(),
+		BusyRejects:   m.BusyRejects.Load(),
+	}, nil
+}

@@ -1,0 +1,321 @@
+// Package server is the gate: a netpoll client listener that parses frames,
+// answers HEARTBEAT itself and forwards everything else to logic over
+// Gateway streams, and the gate.v1.Push gRPC server that writes frames to
+// its connections.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/envelope"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+)
+
+// TuneNetpoll sets netpoll's process-wide buffer sizes. The defaults keep
+// 8 KiB in and 4 KiB out per connection; 1 KiB halves idle memory and still
+// handles 64 KiB frames (notes/netpoll-tls-ws-proxy.md). Call it once before
+// the first connection.
+func TuneNetpoll() error {
+	netpoll.LinkBufferCap = 1024
+	if err := netpoll.Configure(netpoll.Config{BufferSize: 1024}); err != nil {
+		return fmt.Errorf("netpoll: configure: %w", err)
+	}
+	return nil
+}
+
+// Options configure a Server.
+type Options struct {
+	Gate          config.Gate
+	ClusterSecret string
+	Logger        *zap.Logger
+	Registry      prometheus.Registerer
+	// SweepInterval is how often timeouts are checked; 0 means a second.
+	SweepInterval time.Duration
+	// DrainTimeout bounds waiting for in-flight answers on shutdown; 0
+	// means 5 s.
+	DrainTimeout time.Duration
+}
+
+// Server is one gate process's serving state.
+type Server struct {
+	cfg     config.Gate
+	secret  string
+	log     *zap.Logger
+	metrics *Metrics
+	table   *Table
+	ids     *envelope.IDSource
+	connIDs *ConnIDs
+	sweeper *Sweeper
+	drain   time.Duration
+
+	// ctx is the base of every connection's context; set once by Start.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	up       *Upstream
+	evl      netpoll.EventLoop
+	tcpLn    netpoll.Listener
+	pushSrv  *grpc.Server
+	pushLn   net.Listener
+	health   *health.Server
+	serveErr chan error
+
+	listening atomic.Bool
+	draining  atomic.Bool
+}
+
+// New validates the options and prepares a server; nothing listens until
+// Start.
+func New(opts Options) (*Server, error) {
+	if err := config.RequireSecret("cluster.secret", opts.ClusterSecret); err != nil {
+		return nil, err
+	}
+	if opts.Logger == nil {
+		return nil, errors.New("server: logger is required")
+	}
+	if opts.Registry == nil {
+		opts.Registry = prometheus.NewRegistry()
+	}
+	cfg := opts.Gate
+	if cfg.MaxFrameSize <= 0 {
+		cfg.MaxFrameSize = 64 << 10
+	}
+	if cfg.Shards <= 0 {
+		cfg.Shards = 64
+	}
+	if cfg.OutboundQueue <= 0 {
+		cfg.OutboundQueue = 256
+	}
+	if cfg.RequestTimeout <= 0 {
+		cfg.RequestTimeout = 10 * time.Second
+	}
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 5 * time.Second
+	}
+	drain := opts.DrainTimeout
+	if drain <= 0 {
+		drain = 5 * time.Second
+	}
+	t := NewTable(cfg.Shards)
+	return &Server{
+		cfg:      cfg,
+		secret:   opts.ClusterSecret,
+		log:      opts.Logger,
+		metrics:  NewMetrics(opts.Registry),
+		table:    t,
+		ids:      envelope.NewIDSource(),
+		connIDs:  NewConnIDs(time.Now()),
+		sweeper:  NewSweeper(t, cfg.AuthTimeout, cfg.IdleTimeout, opts.SweepInterval),
+		drain:    drain,
+		serveErr: make(chan error, 2),
+	}, nil
+}
+
+// Start binds the client and Push listeners and starts the logic streams.
+// It returns once both listeners accept; the streams connect in the
+// background (see Ready).
+func (s *Server) Start(ctx context.Context) error {
+	s.ctx, s.cancel = context.WithCancel(ctx)
+
+	pushLn, err := net.Listen("tcp", s.cfg.PushAddr)
+	if err != nil {
+		return fmt.Errorf("server: listen push %s: %w", s.cfg.PushAddr, err)
+	}
+	s.pushLn = pushLn
+	advertise := s.cfg.PushAdvertise
+	if advertise == "" {
+		advertise = pushLn.Addr().String()
+	}
+
+	up, err := NewUpstream(UpstreamConfig{
+		GateID:          s.cfg.ID,
+		PushAdvertise:   advertise,
+		Secret:          s.secret,
+		LogicAddrs:      s.cfg.LogicAddrs,
+		StreamsPerLogic: s.cfg.StreamsPerLogic,
+		MaxInflight:     s.cfg.MaxInflight,
+		RequestTimeout:  s.cfg.RequestTimeout,
+	}, s.log, s.metrics, s)
+	if err != nil {
+		_ = pushLn.Close()
+		return err
+	}
+	s.up = up
+
+	guard := clusterauth.NewGuard(s.secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix)
+	s.pushSrv = grpc.NewServer(guard.ServerOptions()...)
+	gatev1.RegisterPushServer(s.pushSrv, &pushService{s: s})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.pushSrv, s.health)
+	reflection.Register(s.pushSrv)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	go func() {
+		if err := s.pushSrv.Serve(pushLn); err != nil {
+			s.serveErr <- fmt.Errorf("server: push: %w", err)
+		}
+	}()
+
+	ln, err := netpoll.CreateListener("tcp", s.cfg.TCPAddr)
+	if err != nil {
+		s.pushSrv.Stop()
+		up.closeConns()
+		return fmt.Errorf("server: listen tcp %s: %w", s.cfg.TCPAddr, err)
+	}
+	s.tcpLn = ln
+	evl, err := netpoll.NewEventLoop(s.onRequest,
+		netpoll.WithOnPrepare(s.onPrepare),
+		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
+	)
+	if err != nil {
+		_ = ln.Close()
+		s.pushSrv.Stop()
+		up.closeConns()
+		return fmt.Errorf("server: event loop: %w", err)
+	}
+	s.evl = evl
+	go func() {
+		if err := evl.Serve(ln); err != nil && !s.draining.Load() {
+			s.serveErr <- fmt.Errorf("server: tcp: %w", err)
+		}
+	}()
+
+	up.Start(s.ctx)
+	go s.sweeper.Run(s.ctx)
+	go s.watchReady(s.ctx)
+	s.listening.Store(true)
+	return nil
+}
+
+// watchReady keeps the gRPC health status in step with Ready.
+func (s *Server) watchReady(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	serving := false
+	for {
+		ok := s.Ready() == nil
+		if ok != serving {
+			serving = ok
+			st := healthpb.HealthCheckResponse_NOT_SERVING
+			if ok {
+				st = healthpb.HealthCheckResponse_SERVING
+			}
+			s.health.SetServingStatus("", st)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Errors returns a channel reporting listeners that stopped unexpectedly.
+func (s *Server) Errors() <-chan error { return s.serveErr }
+
+// TCPAddr returns the bound client address.
+func (s *Server) TCPAddr() string { return s.tcpLn.Addr().String() }
+
+// PushAddr returns the bound Push address.
+func (s *Server) PushAddr() string { return s.pushLn.Addr().String() }
+
+// Ready reports nil when the gate can serve: listening, not shutting down,
+// and at least one logic stream up.
+func (s *Server) Ready() error {
+	switch {
+	case s.draining.Load():
+		return errors.New("shutting down")
+	case !s.listening.Load():
+		return errors.New("not listening")
+	case s.up.Live() == 0:
+		return errors.New("no logic stream up")
+	}
+	return nil
+}
+
+// WaitReady blocks until Ready reports nil or ctx ends.
+func (s *Server) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if err := s.Ready(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server: waiting for readiness: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Shutdown fails readiness, stops accepting, waits (bounded) for answers
+// in flight, closes every connection after its queued frames (so logic gets
+// Closed for each) and stops the streams and the Push server.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.draining.Swap(true) {
+		return nil
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+
+	dctx, cancel := context.WithTimeout(ctx, s.drain)
+	defer cancel()
+	s.waitFor(dctx, func() bool { return s.up.Inflight() == 0 })
+
+	s.table.Range(func(c *Conn) bool {
+		c.setCloseReason("server shutting down")
+		if c.out.Finish() {
+			c.Close("server shutting down")
+		}
+		return true
+	})
+	s.waitFor(dctx, func() bool { return s.table.Len() == 0 })
+	s.table.Range(func(c *Conn) bool { c.Close("server shutting down"); return true })
+
+	// The listener was kept open while draining (netpoll's Shutdown also
+	// closes every idle connection, which must wait for in-flight answers);
+	// onPrepare refused new connections meanwhile.
+	lctx, lcancel := context.WithTimeout(ctx, time.Second)
+	defer lcancel()
+	_ = s.evl.Shutdown(lctx)
+
+	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
+	defer ucancel()
+	s.up.Close(uctx)
+
+	stopped := make(chan struct{})
+	go func() { s.pushSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(time.Second):
+		s.pushSrv.Stop()
+	}
+	s.cancel()
+	return nil
+}
+
+func (s *Server) waitFor(ctx context.Context, done func() bool) {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for !done() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

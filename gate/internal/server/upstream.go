@@ -1,0 +1,432 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/frame"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// closedReserve is send-queue room beyond max_inflight for Closed
+// notifications, which are not requests and so not bounded by in-flight.
+const closedReserve = 1024
+
+// responder is what the upstream calls back into the server with.
+type responder interface {
+	// onResponse handles logic's answer to p.
+	onResponse(ctx context.Context, resp *logicv1.Response, p *pendingReq)
+	// onBusy answers p with 50301 because logic will not answer it.
+	onBusy(ctx context.Context, p *pendingReq)
+}
+
+// UpstreamConfig configures the streams to logic.
+type UpstreamConfig struct {
+	GateID          string
+	PushAdvertise   string
+	Secret          string
+	LogicAddrs      []string
+	StreamsPerLogic int
+	MaxInflight     int
+	RequestTimeout  time.Duration
+}
+
+// Upstream keeps the Gateway.Connect streams to every logic instance and
+// forwards client requests on them without ever blocking the caller.
+type Upstream struct {
+	cfg     UpstreamConfig
+	log     *zap.Logger
+	metrics *Metrics
+	handler responder
+
+	conns   []*grpc.ClientConn
+	streams []*stream
+
+	draining chan struct{}
+	drainMu  sync.Once
+	wg       sync.WaitGroup
+}
+
+// stream is one Gateway.Connect slot: it reconnects with backoff and keeps
+// its in-flight set across reconnects (a broken stream fails it first).
+type stream struct {
+	u      *Upstream
+	addr   string
+	idx    int
+	client logicv1.GatewayClient
+
+	up    atomic.Bool
+	sendq chan *logicv1.GateFrame
+	infl  *inflight
+}
+
+// NewUpstream prepares clients for every logic address; no I/O happens
+// until Start.
+func NewUpstream(cfg UpstreamConfig, log *zap.Logger, m *Metrics, h responder) (*Upstream, error) {
+	if len(cfg.LogicAddrs) == 0 {
+		return nil, errors.New("upstream: gate.logic_addrs is empty")
+	}
+	if cfg.StreamsPerLogic < 1 {
+		cfg.StreamsPerLogic = 1
+	}
+	if cfg.MaxInflight < 1 {
+		cfg.MaxInflight = 1
+	}
+	u := &Upstream{cfg: cfg, log: log, metrics: m, handler: h, draining: make(chan struct{})}
+	for _, addr := range cfg.LogicAddrs {
+		cc, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			clusterauth.Credentials(cfg.Secret),
+			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
+		)
+		if err != nil {
+			u.closeConns()
+			return nil, fmt.Errorf("upstream: dial %s: %w", addr, err)
+		}
+		u.conns = append(u.conns, cc)
+		client := logicv1.NewGatewayClient(cc)
+		for i := 0; i < cfg.StreamsPerLogic; i++ {
+			u.streams = append(u.streams, &stream{
+				u: u, addr: addr, idx: i, client: client,
+				sendq: make(chan *logicv1.GateFrame, cfg.MaxInflight+closedReserve),
+				infl:  newInflight(cfg.MaxInflight),
+			})
+		}
+	}
+	return u, nil
+}
+
+// Start runs every stream and the request-timeout scanner until ctx ends
+// or Close is called.
+func (u *Upstream) Start(ctx context.Context) {
+	for _, st := range u.streams {
+		u.wg.Add(1)
+		go func() {
+			defer u.wg.Done()
+			st.run(ctx)
+		}()
+	}
+	u.wg.Add(1)
+	go func() {
+		defer u.wg.Done()
+		u.expireLoop(ctx)
+	}()
+}
+
+// Live returns the number of connected streams.
+func (u *Upstream) Live() int {
+	n := 0
+	for _, st := range u.streams {
+		if st.up.Load() {
+			n++
+		}
+	}
+	return n
+}
+
+// Inflight returns the number of requests waiting for logic.
+func (u *Upstream) Inflight() int {
+	n := 0
+	for _, st := range u.streams {
+		n += st.infl.len()
+	}
+	return n
+}
+
+// pick returns the stream c is pinned to, pinning it to a live one (hash of
+// its id over the live streams) when it has none or its stream is down.
+func (u *Upstream) pick(c *Conn) *stream {
+	if st := c.stream.Load(); st != nil && st.up.Load() {
+		return st
+	}
+	st := u.anyLive(c.id)
+	if st != nil {
+		c.stream.Store(st)
+	}
+	return st
+}
+
+// anyLive returns the live stream connID hashes to, nil when none is up.
+func (u *Upstream) anyLive(connID uint64) *stream {
+	live := u.Live()
+	if live == 0 {
+		return nil
+	}
+	nth := int((connID * 0x9E3779B97F4A7C15 >> 33) % uint64(live))
+	for _, st := range u.streams {
+		if !st.up.Load() {
+			continue
+		}
+		if nth == 0 {
+			return st
+		}
+		nth--
+	}
+	// The live set shrank while we counted; take any live stream.
+	for _, st := range u.streams {
+		if st.up.Load() {
+			return st
+		}
+	}
+	return nil
+}
+
+// Forward queues one client frame for logic. It reports false when the gate
+// must answer 50301 itself: no live stream, in-flight full or send queue
+// full. It never blocks.
+func (u *Upstream) Forward(ctx context.Context, c *Conn, sess *logicv1.Session, h frame.Header, body []byte) bool {
+	if ctx.Err() != nil {
+		return false
+	}
+	st := u.pick(c)
+	if st == nil {
+		return false
+	}
+	p := &pendingReq{
+		key:     reqKey{conn: c.id, req: h.RequestID, seq: h.SequenceID},
+		command: h.Command,
+		sent:    time.Now(),
+		st:      st,
+	}
+	if !st.infl.add(p) {
+		return false
+	}
+	f := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Request{Request: &logicv1.Request{
+		ConnId:     c.id,
+		Session:    sess,
+		RealIp:     c.realIP,
+		Command:    uint32(h.Command),
+		RequestId:  h.RequestID,
+		SequenceId: h.SequenceID,
+		Body:       body,
+	}}}
+	select {
+	case st.sendq <- f:
+		return true
+	default:
+		// When remove fails the stream broke meanwhile and already
+		// answered the request; answering again would duplicate it.
+		return !st.infl.remove(p)
+	}
+}
+
+// SendClosed tells logic an authenticated connection is gone, on the stream
+// its requests used so logic sees it after them.
+func (u *Upstream) SendClosed(c *Conn, sess *logicv1.Session, reason string) {
+	u.sendClosedOn(u.pick(c), c.id, sess, reason)
+}
+
+// sendClosedOn queues a Closed on st (any live stream when st is down).
+func (u *Upstream) sendClosedOn(st *stream, connID uint64, sess *logicv1.Session, reason string) {
+	if st == nil || !st.up.Load() {
+		if st = u.anyLive(connID); st == nil {
+			u.metrics.ClosedDropped.Add(1)
+			return
+		}
+	}
+	f := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Closed{Closed: &logicv1.Closed{
+		ConnId: connID, Session: sess, Reason: reason,
+	}}}
+	select {
+	case st.sendq <- f:
+	default:
+		u.metrics.ClosedDropped.Add(1)
+	}
+}
+
+// Close stops the streams: each flushes what is queued, half-closes so
+// logic sees the end after the last Closed, and waits for logic to end it,
+// all within ctx.
+func (u *Upstream) Close(ctx context.Context) {
+	u.drainMu.Do(func() { close(u.draining) })
+	done := make(chan struct{})
+	go func() { u.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+	u.closeConns()
+}
+
+func (u *Upstream) closeConns() {
+	for _, cc := range u.conns {
+		_ = cc.Close()
+	}
+}
+
+func (u *Upstream) expireLoop(ctx context.Context) {
+	tick := min(max(u.cfg.RequestTimeout/10, 5*time.Millisecond), 250*time.Millisecond)
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-u.draining:
+			return
+		case now := <-t.C:
+			cutoff := now.Add(-u.cfg.RequestTimeout)
+			for _, st := range u.streams {
+				for _, p := range st.infl.expire(cutoff) {
+					u.handler.onBusy(ctx, p)
+				}
+			}
+		}
+	}
+}
+
+func (st *stream) log() *zap.Logger {
+	return st.u.log.With(zap.String("logic", st.addr), zap.Int("stream", st.idx))
+}
+
+// run keeps the stream connected until the upstream drains or ctx ends.
+func (st *stream) run(ctx context.Context) {
+	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
+	backoff := minBackoff
+	for {
+		began := time.Now()
+		err := st.session(ctx)
+		st.markDown(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.u.draining:
+			return
+		default:
+		}
+		if time.Since(began) > 10*time.Second {
+			backoff = minBackoff
+		}
+		st.log().Warn("logic stream down", zap.Error(err), zap.Duration("retry_in", backoff))
+		// Jitter keeps many gates from reconnecting to a restarted logic
+		// in lockstep.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.u.draining:
+			return
+		case <-time.After(wait):
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// markDown fails everything pending on the stream: logic will not answer
+// requests of a broken stream.
+func (st *stream) markDown(ctx context.Context) {
+	if st.up.Swap(false) {
+		st.u.metrics.StreamsUp.Add(-1)
+	}
+	for _, p := range st.infl.drain() {
+		st.u.handler.onBusy(ctx, p)
+	}
+	// Queued requests were just answered; sending them on the next
+	// connection would only produce late responses. Closed frames are lost
+	// with them; logic's route cleanup covers that (deliver reports the
+	// connection missing).
+	for {
+		select {
+		case f := <-st.sendq:
+			if f.GetClosed() != nil {
+				st.u.metrics.ClosedDropped.Add(1)
+			}
+		default:
+			return
+		}
+	}
+}
+
+// session runs one connection of the stream until it breaks.
+func (st *stream) session(ctx context.Context) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cs, err := st.client.Connect(sctx)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	hello := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Hello{Hello: &logicv1.Hello{
+		GateId: st.u.cfg.GateID, PushAddr: st.u.cfg.PushAdvertise,
+	}}}
+	if err := cs.Send(hello); err != nil {
+		return fmt.Errorf("send hello: %w", err)
+	}
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- st.recvLoop(sctx, cs) }()
+
+	st.up.Store(true)
+	st.u.metrics.StreamsUp.Add(1)
+	st.log().Info("logic stream up")
+
+	for {
+		select {
+		case <-sctx.Done():
+			return sctx.Err()
+		case err := <-recvErr:
+			return fmt.Errorf("recv: %w", err)
+		case f := <-st.sendq:
+			if err := cs.Send(f); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+		case <-st.u.draining:
+			return st.finish(cs, recvErr)
+		}
+	}
+}
+
+// finish flushes the send queue, half-closes and waits briefly for logic to
+// answer what is in flight and end the stream.
+func (st *stream) finish(cs grpc.BidiStreamingClient[logicv1.GateFrame, logicv1.LogicFrame], recvErr chan error) error {
+	for {
+		select {
+		case f := <-st.sendq:
+			if err := cs.Send(f); err != nil {
+				return fmt.Errorf("send while draining: %w", err)
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if err := cs.CloseSend(); err != nil {
+		return fmt.Errorf("close send: %w", err)
+	}
+	select {
+	case err := <-recvErr:
+		return err
+	case <-time.After(time.Second):
+		return errors.New("logic did not end the stream after half-close")
+	}
+}
+
+func (st *stream) recvLoop(ctx context.Context, cs grpc.BidiStreamingClient[logicv1.GateFrame, logicv1.LogicFrame]) error {
+	for {
+		f, err := cs.Recv()
+		if err != nil {
+			return err
+		}
+		resp := f.GetResponse()
+		if resp == nil {
+			continue
+		}
+		p := st.infl.take(reqKey{conn: resp.ConnId, req: resp.RequestId, seq: resp.SequenceId})
+		if p == nil {
+			// Already answered 50301 (timeout or a broken stream).
+			st.u.metrics.LateResponses.Add(1)
+			continue
+		}
+		st.u.metrics.ForwardLatency.Observe(time.Since(p.sent).Seconds())
+		st.u.handler.onResponse(ctx, resp, p)
+	}
+}
