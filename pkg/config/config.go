@@ -103,6 +103,10 @@ type Logic struct {
 	MsgIDWindow time.Duration `mapstructure:"msg_id_window"`
 	// EnqueueRetries bounds XADD attempts before a send answers 50301.
 	EnqueueRetries int `mapstructure:"enqueue_retries"`
+	// SendRate and SendBurst are the per-(user, device) token bucket of
+	// SEND_MESSAGE: SendRate sends a second, bursts of up to SendBurst.
+	SendRate  float64 `mapstructure:"send_rate"`
+	SendBurst int     `mapstructure:"send_burst"`
 }
 
 // Deliver configures a deliver process.
@@ -155,6 +159,8 @@ var defaults = map[string]any{
 	"logic.api_keys":             []string{},
 	"logic.msg_id_window":        5 * time.Minute,
 	"logic.enqueue_retries":      3,
+	"logic.send_rate":            50.0,
+	"logic.send_burst":           100,
 	"deliver.id":                 "deliver-1",
 	"deliver.admin_addr":         "127.0.0.1:9040",
 	"deliver.redis.addr":         "127.0.0.1:6379",

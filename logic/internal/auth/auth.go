@@ -1,0 +1,176 @@
+// Package auth is AUTH (command 1) and the end of a session: token and
+// device checks, the user row, the route table write with the kick of a
+// replaced connection, and the route's compare-and-delete on close.
+package auth
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/route"
+	"github.com/sparkim/spark/pkg/token"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// KickReason is the reason a replaced connection is kicked with.
+const KickReason = "logged in on another connection"
+
+// maxLabelLen bounds platform and app_version.
+const maxLabelLen = 64
+
+// kickTimeout bounds the kick of a replaced connection.
+const kickTimeout = 3 * time.Second
+
+var (
+	swapScript    = redis.NewScript(route.SwapScript)
+	compareDelete = redis.NewScript(route.CompareAndDeleteScript)
+)
+
+// Kicker kicks a connection on its gate.
+type Kicker interface {
+	Kick(ctx context.Context, gateID string, t *gatev1.Target, reason string) error
+}
+
+// Conn names a client connection: the gate (from the stream's Hello) and
+// the gate's connection id.
+type Conn struct {
+	GateID string
+	ConnID uint64
+}
+
+// Service authenticates connections.
+type Service struct {
+	store  *store.Store
+	rdb    redis.Scripter
+	secret []byte
+	kicker Kicker
+	log    *zap.Logger
+	now    func() time.Time
+
+	kicks sync.WaitGroup
+}
+
+// New returns a Service verifying tokens with secret.
+func New(st *store.Store, rdb redis.Scripter, secret []byte, kicker Kicker, log *zap.Logger) *Service {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Service{store: st, rdb: rdb, secret: secret, kicker: kicker, log: log, now: time.Now}
+}
+
+// Auth handles an AUTH body on conn. On success it returns the session to
+// bind and the reply; errors are *errcode.Error (40101 means the gate
+// should close the connection).
+func (s *Service) Auth(ctx context.Context, conn Conn, body []byte) (*logicv1.Session, *protocol.AuthReply, error) {
+	var req protocol.AuthRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, nil, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body", err)
+	}
+	if !protocol.ValidDeviceID(req.DeviceID) {
+		return nil, nil, errcode.New(errcode.InvalidArgument, "device_id must be 1-64 of [A-Za-z0-9._-]")
+	}
+	if len(req.Platform) > maxLabelLen || len(req.AppVersion) > maxLabelLen {
+		return nil, nil, errcode.New(errcode.InvalidArgument, "platform and app_version are at most 64 bytes")
+	}
+	now := s.now()
+	claims, err := token.Verify(s.secret, req.Token, now)
+	if err != nil {
+		return nil, nil, errcode.Wrap(errcode.BadToken, "", err)
+	}
+	if claims.DeviceID != "" && claims.DeviceID != req.DeviceID {
+		return nil, nil, errcode.New(errcode.BadToken, "token is for another device")
+	}
+	u, err := s.user(ctx, claims.UserID, now)
+	if err != nil {
+		return nil, nil, errcode.Wrap(errcode.Busy, "", err)
+	}
+	if u.Status == store.UserDisabled {
+		return nil, nil, errcode.New(errcode.BadToken, "user disabled")
+	}
+	if u.TokensValidAfterMs > 0 && (claims.IssuedAt.IsZero() || u.TokensValidAfterMs > claims.IssuedAt.UnixMilli()) {
+		return nil, nil, errcode.New(errcode.BadToken, "token revoked")
+	}
+
+	since := now.UnixMilli()
+	entry := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: since}
+	old, err := swapScript.Run(ctx, s.rdb, []string{rediskey.Route(claims.UserID)}, req.DeviceID, entry.String()).Text()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, errcode.Wrap(errcode.Busy, "", err)
+	}
+	if old != "" {
+		s.kickOld(old, conn, claims.UserID, req.DeviceID)
+	}
+	sess := &logicv1.Session{UserId: claims.UserID, DeviceId: req.DeviceID, Platform: req.Platform, AppVersion: req.AppVersion, SinceMs: since}
+	return sess, &protocol.AuthReply{UserID: jsonid.ID(claims.UserID), DeviceID: req.DeviceID, ServerTime: since}, nil
+}
+
+// user reads the user's row, creating it on the first AUTH.
+func (s *Service) user(ctx context.Context, uid int64, now time.Time) (store.User, error) {
+	u, err := s.store.GetUser(ctx, uid)
+	if errors.Is(err, store.ErrNotFound) {
+		if err := s.store.EnsureUser(ctx, uid, now); err != nil {
+			return store.User{}, err
+		}
+		return s.store.GetUser(ctx, uid)
+	}
+	return u, err
+}
+
+// kickOld kicks the connection an old route value names, unless it is conn
+// itself. It runs in the background: a failure is logged, never fatal.
+func (s *Service) kickOld(old string, conn Conn, uid int64, device string) {
+	e, err := route.Parse(old)
+	if err != nil {
+		s.log.Warn("malformed route value replaced", zap.Int64("user_id", uid), zap.String("device_id", device), zap.Error(err))
+		return
+	}
+	if e.GateID == conn.GateID && e.ConnID == conn.ConnID {
+		return
+	}
+	if s.kicker == nil {
+		return
+	}
+	s.kicks.Add(1)
+	go func() {
+		defer s.kicks.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), kickTimeout)
+		defer cancel()
+		err := s.kicker.Kick(ctx, e.GateID, &gatev1.Target{ConnId: e.ConnID, UserId: uid, DeviceId: device}, KickReason)
+		if err == nil {
+			s.log.Info("kicked replaced connection", zap.Int64("user_id", uid), zap.String("device_id", device),
+				zap.String("gate_id", e.GateID), zap.Uint64("conn_id", e.ConnID))
+		}
+	}()
+}
+
+// Closed drops the route of a closed connection, only if it still names
+// that connection (a late close never removes its replacement's route).
+func (s *Service) Closed(ctx context.Context, conn Conn, sess *logicv1.Session) error {
+	if sess == nil || sess.UserId <= 0 || sess.DeviceId == "" {
+		return nil
+	}
+	v := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: sess.SinceMs}.String()
+	return compareDelete.Run(ctx, s.rdb, []string{rediskey.Route(sess.UserId)}, sess.DeviceId, v).Err()
+}
+
+// Wait waits (bounded by ctx) for background kicks.
+func (s *Service) Wait(ctx context.Context) {
+	done := make(chan struct{})
+	go func() { s.kicks.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
+}

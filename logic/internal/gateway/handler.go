@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/pkg/envelope"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// DefaultRequestTimeout bounds one request; it is below the gate's default
+// request_timeout so logic answers before the gate gives up.
+const DefaultRequestTimeout = 8 * time.Second
+
+// Handler answers the requests of authenticated and unauthenticated
+// connections.
+type Handler struct {
+	Auth    *auth.Service
+	Send    *message.Service
+	IDs     message.IDs
+	Log     *zap.Logger
+	Metrics *metrics.Metrics
+	// Timeout bounds one request (default DefaultRequestTimeout).
+	Timeout time.Duration
+
+	reqIDs *envelope.IDSource
+}
+
+func (h *Handler) init() {
+	if h.reqIDs == nil {
+		h.reqIDs = envelope.NewIDSource()
+	}
+	if h.Log == nil {
+		h.Log = zap.NewNop()
+	}
+	if h.Metrics == nil {
+		h.Metrics = metrics.New(nil)
+	}
+	if h.Timeout <= 0 {
+		h.Timeout = DefaultRequestTimeout
+	}
+}
+
+// Handle answers one request; it always returns exactly one Response.
+func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Request) (resp *logicv1.Response) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	resp = &logicv1.Response{ConnId: req.ConnId, Command: req.Command, RequestId: req.RequestId, SequenceId: req.SequenceId}
+	var (
+		data []byte
+		err  error
+	)
+	defer func() {
+		if p := recover(); p != nil {
+			err = errcode.Wrap(errcode.Internal, "", fmt.Errorf("panic: %v", p))
+			resp.Command, resp.Bind, resp.Close = req.Command, nil, false
+		}
+		h.finish(req, gateID, resp, data, err, start)
+	}()
+
+	sess := req.Session
+	authed := sess != nil && sess.UserId > 0
+	switch cmd := req.Command; {
+	case cmd == uint32(protocol.CmdAuth):
+		if authed {
+			err = errcode.New(errcode.InvalidArgument, "already authenticated")
+			return resp
+		}
+		var bind *logicv1.Session
+		var reply *protocol.AuthReply
+		bind, reply, err = h.Auth.Auth(ctx, auth.Conn{GateID: gateID, ConnID: req.ConnId}, req.Body)
+		if err != nil {
+			if c, _ := errcode.Of(err); c == errcode.BadToken {
+				resp.Close = true
+			}
+			return resp
+		}
+		if data, err = json.Marshal(reply); err == nil {
+			resp.Bind = bind
+		}
+	case !authed:
+		err = errcode.New(errcode.NotAuthed, "")
+	case cmd == uint32(protocol.CmdGenerateMsgID):
+		var id int64
+		if id, err = h.IDs.Next(ctx); err != nil {
+			err = errcode.Wrap(errcode.Busy, "", err)
+			return resp
+		}
+		data, err = json.Marshal(protocol.MsgIDReply{MsgID: jsonid.ID(id)})
+	case cmd == uint32(protocol.CmdSendMessage):
+		var ack *protocol.SendAck
+		ack, err = h.Send.Send(ctx, message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}, req.Body)
+		if err == nil {
+			if data, err = json.Marshal(ack); err == nil {
+				resp.Command = uint32(protocol.CmdSendAck)
+			}
+		}
+	case cmd >= uint32(protocol.CmdReadMessage) && cmd <= uint32(protocol.MaxKnownCommand):
+		err = errcode.New(errcode.InvalidArgument, "not implemented yet")
+	default:
+		err = errcode.New(errcode.InvalidArgument, "unknown command")
+	}
+	return resp
+}
+
+// finish writes the envelope into resp, counts and logs the request.
+func (h *Handler) finish(req *logicv1.Request, gateID string, resp *logicv1.Response, data []byte, err error, start time.Time) {
+	rid := h.reqIDs.Next()
+	code := errcode.OK
+	if err != nil {
+		var msg string
+		code, msg = errcode.Of(err)
+		resp.Body = envelope.Fail(rid, code, msg)
+		resp.Command = req.Command
+		resp.Bind = nil
+	} else {
+		resp.Body = envelope.OK(rid, data)
+	}
+	h.Metrics.Requests.WithLabelValues(commandLabel(req.Command), string(code)).Inc()
+	if req.Command == uint32(protocol.CmdSendMessage) {
+		h.Metrics.SendLatency.WithLabelValues(string(code)).Observe(time.Since(start).Seconds())
+	}
+	fields := []zap.Field{
+		zap.Uint32("command", req.Command), zap.Uint64("conn_id", req.ConnId), zap.String("gate_id", gateID),
+		zap.String("real_ip", req.RealIp), zap.String("code", string(code)), zap.String("request_id", rid),
+		zap.Duration("took", time.Since(start)),
+	}
+	if s := req.Session; s != nil {
+		fields = append(fields, zap.Int64("user_id", s.UserId), zap.String("device_id", s.DeviceId))
+	} else if resp.Bind != nil {
+		fields = append(fields, zap.Int64("user_id", resp.Bind.UserId), zap.String("device_id", resp.Bind.DeviceId))
+	}
+	switch {
+	case err == nil && req.Command == uint32(protocol.CmdAuth):
+		h.Log.Info("authenticated", fields...)
+	case err == nil:
+		h.Log.Debug("request", fields...)
+	case strings.HasPrefix(string(code), "5"):
+		h.Log.Warn("request failed", append(fields, zap.Error(cause(err)))...)
+	default:
+		h.Log.Debug("request refused", append(fields, zap.Error(cause(err)))...)
+	}
+}
+
+// cause returns the logged form of err: the *errcode.Error text (code,
+// client message and cause), which never carries content or tokens.
+func cause(err error) error {
+	var e *errcode.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return err
+}
+
+func commandLabel(c uint32) string {
+	if c > uint32(protocol.MaxKnownCommand)+1 {
+		return "other"
+	}
+	return strconv.FormatUint(uint64(c), 10)
+}
+
+// Closed handles a connection's end.
+func (h *Handler) Closed(ctx context.Context, gateID string, c *logicv1.Closed) {
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	if err := h.Auth.Closed(ctx, auth.Conn{GateID: gateID, ConnID: c.ConnId}, c.Session); err != nil {
+		h.Log.Warn("route delete failed", zap.Uint64("conn_id", c.ConnId), zap.String("gate_id", gateID),
+			zap.Int64("user_id", c.Session.GetUserId()), zap.String("device_id", c.Session.GetDeviceId()), zap.Error(err))
+	}
+}

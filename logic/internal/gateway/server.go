@@ -1,0 +1,226 @@
+// Package gateway is logic.v1.Gateway: the bidi streams from the gates and
+// the per-connection ordered dispatch of their requests.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sparkim/spark/logic/internal/gatepush"
+	"github.com/sparkim/spark/pkg/envelope"
+	"github.com/sparkim/spark/pkg/errcode"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// outboundBuffer is the per-stream queue of responses awaiting Send.
+const outboundBuffer = 1024
+
+// eofDrain bounds how long a stream the gate half-closed waits for its
+// in-flight answers.
+const eofDrain = 5 * time.Second
+
+// connKey names a client connection across the streams of its gate.
+type connKey struct {
+	gate string
+	conn uint64
+}
+
+// Server implements logicv1.GatewayServer.
+type Server struct {
+	logicv1.UnimplementedGatewayServer
+
+	h    *Handler
+	reg  *gatepush.Registry
+	log  *zap.Logger
+	disp *Dispatcher[connKey]
+	// base is the parent of request contexts: requests outlive a broken
+	// stream (a commit is never cut in half by a gate going away).
+	base context.Context
+
+	drainOnce sync.Once
+	draining  chan struct{}
+	streams   tracker
+}
+
+// NewServer returns the Gateway server; base bounds the life of requests.
+func NewServer(base context.Context, h *Handler, reg *gatepush.Registry, log *zap.Logger) *Server {
+	h.init()
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Server{h: h, reg: reg, log: log, disp: NewDispatcher[connKey](), base: base, draining: make(chan struct{})}
+}
+
+// Connect serves one gate stream.
+func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil || hello.GateId == "" {
+		return status.Error(codes.InvalidArgument, "the first frame must be Hello{gate_id, push_addr}")
+	}
+	select {
+	case <-s.draining:
+		return status.Error(codes.Unavailable, "logic is shutting down")
+	default:
+	}
+	gateID := hello.GateId
+	s.streams.add()
+	defer s.streams.done()
+	s.h.Metrics.Streams.Inc()
+	defer s.h.Metrics.Streams.Dec()
+	detach := s.reg.Attach(stream.Context(), gateID, hello.PushAddr)
+	defer detach()
+	log := s.log.With(zap.String("gate_id", gateID))
+	log.Info("gate stream opened", zap.String("push_addr", hello.PushAddr))
+	defer log.Info("gate stream closed")
+
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	out := make(chan *logicv1.LogicFrame, outboundBuffer)
+	flush := make(chan struct{})
+	sent := make(chan struct{})
+	go s.sendLoop(ctx, cancel, stream, out, flush, sent)
+
+	var inflight tracker
+	reply := func(r *logicv1.Response) {
+		select {
+		case out <- &logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Response{Response: r}}:
+		case <-ctx.Done():
+		}
+	}
+	recvDone := make(chan error, 1)
+	go func() {
+		for {
+			f, err := stream.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			switch k := f.Kind.(type) {
+			case *logicv1.GateFrame_Request:
+				req := k.Request
+				if s.isDraining() {
+					reply(s.busy(req))
+					continue
+				}
+				inflight.add()
+				s.disp.Submit(connKey{gateID, req.ConnId}, func() {
+					defer inflight.done()
+					reply(s.h.Handle(s.base, gateID, req))
+				})
+			case *logicv1.GateFrame_Closed:
+				c := k.Closed
+				inflight.add()
+				s.disp.Submit(connKey{gateID, c.ConnId}, func() {
+					defer inflight.done()
+					s.h.Closed(s.base, gateID, c)
+				})
+			case *logicv1.GateFrame_Hello:
+				log.Warn("repeated Hello ignored")
+			}
+		}
+	}()
+
+	var result error
+	select {
+	case err := <-recvDone:
+		if !errors.Is(err, io.EOF) {
+			return err // stream broken: nobody to answer
+		}
+		// Half-closed by the gate: answer what is in flight.
+		t := time.NewTimer(eofDrain)
+		select {
+		case <-inflight.wait():
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	case <-s.draining:
+		// Shutting down: new requests are answered 50301 by the reader;
+		// finish those in flight, flush, and end the stream so the gate
+		// moves its connections to another logic.
+		select {
+		case <-inflight.wait():
+		case <-ctx.Done():
+		case <-s.base.Done():
+		}
+		result = status.Error(codes.Unavailable, "logic is shutting down")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	close(flush)
+	<-sent
+	return result
+}
+
+// sendLoop is the stream's only sender (Send is not concurrency-safe).
+func (s *Server) sendLoop(ctx context.Context, cancel context.CancelFunc, stream logicv1.Gateway_ConnectServer,
+	out <-chan *logicv1.LogicFrame, flush <-chan struct{}, sent chan<- struct{}) {
+	defer close(sent)
+	send := func(f *logicv1.LogicFrame) bool {
+		if err := stream.Send(f); err != nil {
+			s.log.Debug("gate stream send failed", zap.Error(err))
+			cancel()
+			return false
+		}
+		return true
+	}
+	for {
+		select {
+		case f := <-out:
+			if !send(f) {
+				return
+			}
+		case <-flush:
+			for {
+				select {
+				case f := <-out:
+					if !send(f) {
+						return
+					}
+				default:
+					return
+				}
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Server) busy(req *logicv1.Request) *logicv1.Response {
+	return &logicv1.Response{
+		ConnId: req.ConnId, Command: req.Command, RequestId: req.RequestId, SequenceId: req.SequenceId,
+		Body: envelope.Fail(s.h.reqIDs.Next(), errcode.Busy, ""),
+	}
+}
+
+func (s *Server) isDraining() bool {
+	select {
+	case <-s.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// Drain makes every stream stop taking requests, finish those in flight,
+// flush its answers and end; it returns when all streams ended or ctx is
+// done.
+func (s *Server) Drain(ctx context.Context) {
+	s.drainOnce.Do(func() { close(s.draining) })
+	select {
+	case <-s.streams.wait():
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,91 @@
+package message
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/failpoint"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/queue"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
+)
+
+// enqueueAttemptTimeout bounds one XADD.
+const enqueueAttemptTimeout = time.Second
+
+// Job builds the deliver job of a committed P2P message.
+func Job(row store.Message, pair store.P2P, now time.Time) (*queuev1.DeliverJob, error) {
+	push, err := json.Marshal(protocol.Message{
+		MsgID:            jsonid.ID(row.ID),
+		ConversationID:   jsonid.ID(row.ConversationID),
+		ConversationType: protocol.ConversationP2P,
+		SenderID:         jsonid.ID(row.SenderID),
+		ClientMsgID:      row.ClientMsgID,
+		MessageType:      row.MessageType,
+		Content:          json.RawMessage(row.Content),
+		CreatedAt:        row.CreatedAt.UnixMilli(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &queuev1.DeliverJob{
+		Kind:             queuev1.JobKind_JOB_KIND_MESSAGE,
+		MsgId:            row.ID,
+		ConversationId:   row.ConversationID,
+		ConversationType: protocol.ConversationP2P,
+		SenderId:         row.SenderID,
+		SenderDevice:     row.SenderDevice,
+		Recipients:       []int64{row.SenderID, pair.Peer(row.SenderID)},
+		MessageType:      int32(row.MessageType),
+		PushData:         push,
+		CreatedAtMs:      row.CreatedAt.UnixMilli(),
+		EnqueuedAtMs:     now.UnixMilli(),
+	}, nil
+}
+
+// enqueue XADDs the job with bounded retries; 50301 when all fail.
+func (s *Service) enqueue(ctx context.Context, row store.Message, pair store.P2P) error {
+	job, err := Job(row, pair, time.Now())
+	if err != nil {
+		return errcode.Wrap(errcode.Internal, "", err)
+	}
+	var last error
+attempts:
+	for attempt := 0; attempt < s.cfg.EnqueueRetries; attempt++ {
+		if attempt > 0 {
+			d := time.Duration(10<<attempt) * time.Millisecond
+			if d > 200*time.Millisecond {
+				d = 200 * time.Millisecond
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				last = errors.Join(last, ctx.Err())
+				break attempts
+			case <-t.C:
+			}
+		}
+		if last = failpoint.Inject("logic/send/beforeEnqueue"); last == nil {
+			actx, cancel := context.WithTimeout(ctx, enqueueAttemptTimeout)
+			job.EnqueuedAtMs = time.Now().UnixMilli()
+			_, last = queue.Enqueue(actx, s.rdb, s.cfg.Partitions, job)
+			cancel()
+			if last == nil {
+				return nil
+			}
+		}
+		s.metrics.EnqueueAttemptFailures.Inc()
+	}
+	s.metrics.EnqueueFailures.Inc()
+	s.log.Warn("enqueue failed; no SEND_ACK", zap.Int64("user_id", row.SenderID), zap.Int64("conversation_id", row.ConversationID),
+		zap.Int64("msg_id", row.ID), zap.Error(last))
+	return busy("enqueue", last)
+}

@@ -1,0 +1,234 @@
+package message
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/failpoint"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/msgid"
+	"github.com/sparkim/spark/pkg/protocol"
+)
+
+// maxCommitAttempts bounds the send transaction's re-runs (deadlocks, a
+// reused client msg_id, a concurrent identical send).
+const maxCommitAttempts = 5
+
+// maxClientIDFuture bounds how far ahead of this server's clock a client
+// msg_id may be: an id far in the future would make every later id of the
+// conversation wait for the clock to catch up.
+const maxClientIDFuture = 2 * time.Second
+
+// errReplay makes the commit loop go back to the idempotency lookup.
+var errReplay = errors.New("message: concurrent identical send committed")
+
+// Send handles one SEND_MESSAGE body from an authenticated device and
+// returns the SEND_ACK data, or an *errcode.Error.
+func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol.SendAck, error) {
+	if !s.limit.allow(from.UserID, from.DeviceID, time.Now()) {
+		return nil, errcode.New(errcode.RateLimited, "too many messages, slow down")
+	}
+	var req protocol.SendRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body", err)
+	}
+	n := 0
+	for _, id := range []jsonid.ID{req.ToUserID, req.GroupID, req.ConversationID} {
+		if id != 0 {
+			n++
+		}
+	}
+	if n != 1 {
+		return nil, errcode.New(errcode.InvalidArgument, "exactly one of to_user_id, group_id, conversation_id is required")
+	}
+	if req.GroupID != 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "groups are not available yet")
+	}
+	if !protocol.ValidClientMsgID(req.ClientMsgID) {
+		return nil, errcode.New(errcode.InvalidArgument, "client_msg_id must be 1-64 printable ASCII characters")
+	}
+	content, err := protocol.CanonicalContent(req.MessageType, req.Content)
+	if errors.Is(err, protocol.ErrContentTooLarge) {
+		return nil, errcode.Wrap(errcode.TooLarge, "content over 64 KiB", err)
+	}
+	if err != nil {
+		return nil, errcode.Wrap(errcode.InvalidArgument, err.Error(), err)
+	}
+
+	var (
+		conv int64
+		pair store.P2P
+	)
+	if req.ToUserID != 0 {
+		peer := req.ToUserID.Int64()
+		if peer <= 0 || peer == from.UserID {
+			return nil, errcode.New(errcode.InvalidArgument, "invalid to_user_id")
+		}
+		small, big := store.Pair(from.UserID, peer)
+		pair = store.P2P{UserSmall: small, UserBig: big}
+		if conv, err = s.findPair(ctx, from.UserID, peer); err != nil {
+			return nil, err
+		}
+		pair.ConversationID = conv
+	} else {
+		conv = req.ConversationID.Int64()
+		if conv <= 0 {
+			return nil, errcode.New(errcode.InvalidArgument, "invalid conversation_id")
+		}
+	}
+
+	// Idempotency first: a retry of a committed send gets its original
+	// answer even if permissions changed since.
+	if conv != 0 {
+		if ack, found, err := s.replay(ctx, from, conv, &req, content); found || err != nil {
+			return ack, err
+		}
+	}
+
+	// Permission checks.
+	if req.ToUserID != 0 {
+		peer := pair.Peer(from.UserID)
+		ok, err := s.userExists(ctx, peer)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, errcode.New(errcode.NotFound, "recipient not found")
+		}
+		if conv == 0 {
+			conv, err = s.store.GetOrCreateP2P(ctx, from.UserID, peer, s.ids.Next)
+			if err != nil {
+				return nil, busy("create conversation", err)
+			}
+			pair.ConversationID = conv
+			s.pairs.Put([2]int64{pair.UserSmall, pair.UserBig}, conv)
+			s.convs.Put(conv, pair)
+		}
+	} else {
+		if pair, err = s.pairOf(ctx, conv); err != nil {
+			return nil, err
+		}
+		if !pair.Has(from.UserID) {
+			return nil, errcode.New(errcode.Forbidden, "not a member of the conversation")
+		}
+	}
+
+	row, err := s.commit(ctx, from, conv, &req, content)
+	if errors.Is(err, errReplay) {
+		ack, found, err := s.replay(ctx, from, conv, &req, content)
+		if err == nil && !found {
+			err = busy("commit", errors.New("duplicate client_msg_id but no row"))
+		}
+		return ack, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
+		return nil, busy("after commit", err)
+	}
+	if err := s.enqueue(ctx, row, pair); err != nil {
+		return nil, err
+	}
+	s.log.Debug("message committed", zap.Int64("user_id", from.UserID), zap.String("device_id", from.DeviceID),
+		zap.Int64("conversation_id", conv), zap.Int64("msg_id", row.ID))
+	return ackOf(row), nil
+}
+
+// replay answers a send whose (sender, conversation, client_msg_id) row
+// exists: same type and content → enqueue again and the original ack;
+// different → 40901. found is false when there is no row.
+func (s *Service) replay(ctx context.Context, from Sender, conv int64, req *protocol.SendRequest, content []byte) (*protocol.SendAck, bool, error) {
+	row, err := s.store.FindByClientMsgID(ctx, from.UserID, conv, req.ClientMsgID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, busy("idempotency lookup", err)
+	}
+	if row.MessageType != req.MessageType || !bytes.Equal(row.Content, content) {
+		return nil, true, errcode.New(errcode.Conflict, "client_msg_id already used with different content")
+	}
+	pair, err := s.pairOf(ctx, conv)
+	if err != nil {
+		return nil, true, err
+	}
+	if err := s.enqueue(ctx, row, pair); err != nil {
+		return nil, true, err
+	}
+	return ackOf(row), true, nil
+}
+
+// commit runs the send transaction, retrying deadlocks and a reused client
+// msg_id; errReplay when an identical send committed concurrently.
+func (s *Service) commit(ctx context.Context, from Sender, conv int64, req *protocol.SendRequest, content []byte) (store.Message, error) {
+	nm := store.NewMessage{
+		ConversationID: conv, SenderID: from.UserID, SenderDevice: from.DeviceID,
+		ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
+	}
+	clientID := req.MsgID.Int64()
+	var err error
+	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		var row store.Message
+		row, err = s.store.InsertMessage(ctx, nm, func(ctx context.Context, last int64, now time.Time) (int64, error) {
+			if s.acceptClientID(clientID, last, now) {
+				return clientID, nil
+			}
+			return s.ids.NextAfter(ctx, last)
+		})
+		switch {
+		case err == nil:
+			return row, nil
+		case errors.Is(err, store.ErrDuplicateClientMsgID):
+			return store.Message{}, errReplay
+		case errors.Is(err, store.ErrDuplicateMsgID):
+			clientID = 0 // taken: let the generator choose
+		case errors.Is(err, msgid.ErrClockBehind):
+			return store.Message{}, busy("msg id", err)
+		case errors.Is(err, store.ErrNotFound):
+			return store.Message{}, errcode.New(errcode.NotFound, "conversation not found")
+		case store.IsRetryable(err):
+			t := time.NewTimer(time.Duration(5*(attempt+1)) * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return store.Message{}, busy("commit", ctx.Err())
+			case <-t.C:
+			}
+		default:
+			return store.Message{}, busy("commit", err)
+		}
+	}
+	return store.Message{}, busy("commit", err)
+}
+
+// acceptClientID reports whether the msg_id a client got from
+// GENERATE_MSG_ID can be kept: issued within the window, not ahead of our
+// clock by more than a small skew, and above the conversation's last id.
+func (s *Service) acceptClientID(id, last int64, now time.Time) bool {
+	return id > 0 && id > last &&
+		msgid.IssuedWithin(id, now, s.cfg.MsgIDWindow) &&
+		!msgid.TimeOf(id).After(now.Add(maxClientIDFuture))
+}
+
+func ackOf(row store.Message) *protocol.SendAck {
+	return &protocol.SendAck{
+		MsgID:          jsonid.ID(row.ID),
+		ClientMsgID:    row.ClientMsgID,
+		ConversationID: jsonid.ID(row.ConversationID),
+		ServerTime:     row.CreatedAt.UnixMilli(),
+	}
+}
+
+// busy wraps a dependency failure as 50301: the client retries with the
+// same client_msg_id.
+func busy(what string, err error) error {
+	return errcode.Wrap(errcode.Busy, "", errors.Join(errors.New(what), err))
+}

@@ -1,0 +1,56 @@
+// Package metrics holds logic's Prometheus collectors, registered on the
+// process's own registry.
+package metrics
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are logic's collectors.
+type Metrics struct {
+	// Requests counts answered gateway requests by command and code.
+	Requests *prometheus.CounterVec
+	// SendLatency is the time of SEND_MESSAGE from start to answer.
+	SendLatency *prometheus.HistogramVec
+	// EnqueueFailures counts sends whose every XADD attempt failed.
+	EnqueueFailures prometheus.Counter
+	// EnqueueAttemptFailures counts failed XADD attempts.
+	EnqueueAttemptFailures prometheus.Counter
+	// Kicks counts kicks of replaced connections by result.
+	Kicks *prometheus.CounterVec
+	// Streams is the number of open gateway streams.
+	Streams prometheus.Gauge
+}
+
+// New creates and registers the collectors on reg (nil: not registered).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "requests_total",
+			Help: "Gateway requests answered, by command and response code.",
+		}, []string{"command", "code"}),
+		SendLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "send_duration_seconds",
+			Help:    "SEND_MESSAGE handling time, by response code.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}, []string{"code"}),
+		EnqueueFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "enqueue_failures_total",
+			Help: "Sends answered 50301 because every deliver-queue XADD attempt failed.",
+		}),
+		EnqueueAttemptFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "enqueue_attempt_failures_total",
+			Help: "Failed deliver-queue XADD attempts.",
+		}),
+		Kicks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "kicks_total",
+			Help: "Kicks of connections replaced by a new AUTH, by result.",
+		}, []string{"result"}),
+		Streams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "gateway_streams",
+			Help: "Open Gateway/Connect streams.",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams)
+	}
+	return m
+}
