@@ -54,11 +54,13 @@ func run(configPath string) error {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := srv.Start(ctx); err != nil {
+	// The server's own context outlives the signal: after SIGTERM it still
+	// needs its logic streams to drain answers and send Closed.
+	if err := srv.Start(context.Background()); err != nil {
 		return err
 	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	adm, err := admin.Listen(cfg.Gate.AdminAddr, reg, srv.Ready)
 	if err != nil {
 		shutdown(srv, nil, log)

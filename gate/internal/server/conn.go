@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cloudwego/netpoll"
-
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -33,12 +31,19 @@ func NewConnIDs(start time.Time) *ConnIDs {
 // Next returns a new connection id.
 func (g *ConnIDs) Next() uint64 { return g.base | uint64(g.n.Add(1)) }
 
+// socket is the part of netpoll.Connection a Conn writes and closes
+// through; narrow so the queue and sweeper can be tested without sockets.
+type socket interface {
+	Write(b []byte) (int, error)
+	Close() error
+}
+
 // Conn is one client connection. Its inbound side is only touched by the
 // netpoll OnRequest callback (which netpoll serialises per connection);
 // everything shared with pushes and logic answers is atomic or under mu.
 type Conn struct {
 	id        uint64
-	nc        netpoll.Connection
+	nc        socket
 	realIP    string
 	createdAt time.Time
 
@@ -62,7 +67,7 @@ type Conn struct {
 	pending []byte
 }
 
-func newConn(id uint64, nc netpoll.Connection, realIP string, now time.Time) *Conn {
+func newConn(id uint64, nc socket, realIP string, now time.Time) *Conn {
 	c := &Conn{id: id, nc: nc, realIP: realIP, createdAt: now}
 	c.lastActive.Store(now.UnixNano())
 	return c
