@@ -1,0 +1,210 @@
+// Package server wires the logic process: dependencies (retried at
+// start-up), the MsgId generator and its machine lease, the gRPC services,
+// the admin port, and the graceful shutdown.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sparkim/spark/logic/internal/api"
+	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/gatepush"
+	"github.com/sparkim/spark/logic/internal/gateway"
+	"github.com/sparkim/spark/logic/internal/lease"
+	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/admin"
+	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/msgid"
+	"github.com/sparkim/spark/pkg/rediskey"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// Timings of the process.
+const (
+	machineLeaseTTL = 15 * time.Second
+	drainTimeout    = 5 * time.Second
+	kickTimeout     = 3 * time.Second
+)
+
+// Run serves until ctx ends (SIGTERM), then shuts down gracefully. It
+// returns an error when the process could not start or lost its MsgId
+// machine lease.
+func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
+	if err := config.RequireSecret("cluster.secret", cfg.Cluster.Secret); err != nil {
+		return err
+	}
+	if err := config.RequireSecret("logic.jwt_secret", cfg.Logic.JWTSecret); err != nil {
+		return err
+	}
+	lc := cfg.Logic
+	if lc.MachineID < 0 || lc.MachineID > msgid.MaxMachineID {
+		return fmt.Errorf("logic.machine_id %d outside 0..%d", lc.MachineID, msgid.MaxMachineID)
+	}
+
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	rd := newReadiness("starting")
+	adm, err := admin.Listen(lc.AdminAddr, reg, rd.check)
+	if err != nil {
+		return fmt.Errorf("admin listen %s: %w", lc.AdminAddr, err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = adm.Close(cctx)
+		cancel()
+	}()
+	ln, err := net.Listen("tcp", lc.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("grpc listen %s: %w", lc.GRPCAddr, err)
+	}
+	defer ln.Close()
+
+	// Dependencies, retried until reachable.
+	db, err := store.Open(lc.MySQL.DSN, lc.MySQL.MaxOpenConns, lc.MySQL.MaxIdleConns)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	hwdb, err := store.Open(lc.MySQL.DSN, 2, 2)
+	if err != nil {
+		return err
+	}
+	defer hwdb.Close()
+	st := store.New(db)
+	if err := retry(ctx, log, "mysql", st.Ping); err != nil {
+		return err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: lc.Redis.Addr, Password: lc.Redis.Password, DB: lc.Redis.DB, PoolSize: lc.Redis.PoolSize})
+	defer rdb.Close()
+	if err := retry(ctx, log, "redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
+		return err
+	}
+
+	// MsgId machine lease and generator.
+	fatal := make(chan error, 1)
+	var ml *lease.Lease
+	if err := retry(ctx, log, "msgid machine lease", func(context.Context) error {
+		var err error
+		ml, err = lease.Acquire(ctx, rdb, rediskey.MachineLease(lc.MachineID), machineLeaseTTL, machineLeaseTTL+time.Second,
+			func(err error) {
+				select {
+				case fatal <- err:
+				default:
+				}
+			})
+		if errors.Is(err, lease.ErrHeld) {
+			return backoffStop{err}
+		}
+		return err
+	}); err != nil {
+		var bs backoffStop
+		if errors.As(err, &bs) {
+			return fmt.Errorf("logic.machine_id %d: %w", lc.MachineID, bs.err)
+		}
+		return err
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = ml.Release(cctx)
+		cancel()
+	}()
+	gen, err := msgid.New(ctx, msgid.Settings{MachineID: lc.MachineID, Store: store.NewHighWater(hwdb)})
+	if err != nil {
+		return err
+	}
+
+	// Services.
+	base, stopRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRequests()
+	gates := gatepush.NewRegistry(rdb, log)
+	clients := gatepush.NewClients(cfg.Cluster.Secret)
+	defer clients.Close()
+	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
+	sendSvc := message.New(st, rdb, gen, message.Config{
+		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
+		SendRate: lc.SendRate, SendBurst: lc.SendBurst,
+	}, log, m)
+	gw := gateway.NewServer(base, &gateway.Handler{Auth: authSvc, Send: sendSvc, IDs: gen, Log: log, Metrics: m}, gates, log)
+
+	guard := clusterauth.NewGuard(cfg.Cluster.Secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix, api.Prefix)
+	keys := api.NewKeyGuard(lc.APIKeys)
+	gs := grpc.NewServer(
+		grpc.ChainUnaryInterceptor(guard.Unary, keys.Unary),
+		grpc.ChainStreamInterceptor(guard.Stream, keys.Stream),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+	)
+	logicv1.RegisterGatewayServer(gs, gw)
+	logicv1.RegisterApiServer(gs, api.New(st, []byte(lc.JWTSecret), lc.TokenTTL, log))
+	healthpb.RegisterHealthServer(gs, rd.health)
+	reflection.Register(gs)
+
+	probe := func(ctx context.Context) error {
+		if err := st.Ping(ctx); err != nil {
+			return fmt.Errorf("mysql: %w", err)
+		}
+		if err := rdb.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		return nil
+	}
+	rd.set(nil)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go rd.watch(watchCtx, 2*time.Second, probe)
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- gs.Serve(ln) }()
+	log.Info("ready to serve", zap.String("grpc", ln.Addr().String()), zap.String("admin", adm.Addr()),
+		zap.Int("machine_id", lc.MachineID))
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err := <-fatal:
+		runErr = err
+		log.Error("msgid machine lease lost; stopping", zap.Error(err))
+	case err := <-serveErr:
+		runErr = fmt.Errorf("grpc serve: %w", err)
+	}
+
+	// Not ready, stop taking work, drain, stop.
+	stopWatch()
+	rd.set(errors.New("shutting down"))
+	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
+	defer cancel()
+	gw.Drain(dctx)
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-dctx.Done():
+		gs.Stop()
+		<-stopped
+	}
+	authSvc.Wait(dctx)
+	stopRequests()
+	log.Info("stopped")
+	return runErr
+}
+
+// backoffStop ends retry for an error that waiting will not fix.
+type backoffStop struct{ err error }
+
+func (b backoffStop) Error() string { return b.err.Error() }
