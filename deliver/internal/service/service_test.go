@@ -1,0 +1,292 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
+	"github.com/sparkim/spark/deliver/internal/fanout"
+	"github.com/sparkim/spark/deliver/internal/gateclient"
+	"github.com/sparkim/spark/deliver/internal/gatetest"
+	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/queue"
+	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/route"
+)
+
+const (
+	testDB     = 14
+	partitions = 16
+	leaseTTL   = 900 * time.Millisecond
+	secret     = "test-secret"
+)
+
+// recorder is a Processor that remembers the msg ids it saw per partition.
+type recorder struct {
+	mu   sync.Mutex
+	seen map[int][]int64
+}
+
+func newRecorder() *recorder { return &recorder{seen: map[int][]int64{}} }
+
+func (r *recorder) Process(_ context.Context, p int, job *queuev1.DeliverJob) error {
+	r.mu.Lock()
+	r.seen[p] = append(r.seen[p], job.GetMsgId())
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *recorder) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.seen {
+		n += len(s)
+	}
+	return n
+}
+
+type instance struct {
+	svc    *Service
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func start(t *testing.T, rdb *redis.Client, id string, proc fanoutProcessor) *instance {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).With(zap.String("deliver_id", id))
+	svc := New(rdb, Config{ID: id, Partitions: partitions, BatchSize: 8, LeaseTTL: leaseTTL, Block: 200 * time.Millisecond, Drain: time.Second},
+		proc, log, metrics.New(prometheus.NewRegistry()))
+	in := &instance{svc: svc, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		_ = svc.Run(ctx)
+	}()
+	t.Cleanup(in.stop)
+	return in
+}
+
+type fanoutProcessor interface {
+	Process(ctx context.Context, p int, job *queuev1.DeliverJob) error
+}
+
+func (in *instance) stop() {
+	in.cancel()
+	<-in.done
+}
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func enqueue(t *testing.T, rdb *redis.Client, conv, msgID int64, data string) {
+	t.Helper()
+	job := &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: msgID, ConversationId: conv, ConversationType: 1,
+		SenderId: 1, SenderDevice: "phone", Recipients: []int64{1, 2}, MessageType: 1, PushData: []byte(data),
+		EnqueuedAtMs: time.Now().UnixMilli()}
+	if _, err := queue.Enqueue(context.Background(), rdb, partitions, job); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func pending(t *testing.T, rdb *redis.Client) int64 {
+	t.Helper()
+	var n int64
+	for p := range partitions {
+		res, err := rdb.XPending(context.Background(), rediskey.Deliver(p), rediskey.DeliverGroup).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += res.Count
+	}
+	return n
+}
+
+func TestFanOutThroughQueue(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	g2 := gatetest.Start(t, rdb, "g2", secret)
+	for uid, devs := range map[int64]map[string]route.Entry{
+		1: {"phone": {GateID: "g1", ConnID: 1, SinceMs: 1}, "pad": {GateID: "g2", ConnID: 2, SinceMs: 1}},
+		2: {"a": {GateID: "g1", ConnID: 3, SinceMs: 1}, "gone": {GateID: "g1", ConnID: 4, SinceMs: 1}},
+	} {
+		for dev, e := range devs {
+			if err := rdb.HSet(ctx, rediskey.Route(uid), dev, e.String()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	g1.SetMissing(4)
+
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	m := metrics.New(prometheus.NewRegistry())
+	fo := fanout.New(rdb, pool, 2*time.Second, zap.NewNop(), m)
+
+	// Jobs enqueued before deliver starts are kept (group created from 0).
+	const conv, n = 32, 20 // conv 32 → partition 0
+	for i := int64(1); i <= n/2; i++ {
+		enqueue(t, rdb, conv, i, fmt.Sprintf(`{"msg_id":"%d"}`, i))
+	}
+	// An entry nobody can decode never blocks the partition.
+	if err := rdb.XAdd(ctx, &redis.XAddArgs{Stream: rediskey.Deliver(0), Values: []any{queue.Field, "\xff\xff garbage"}}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	in := start(t, rdb, "d1", fo)
+	for i := int64(n/2 + 1); i <= n; i++ {
+		enqueue(t, rdb, conv, i, fmt.Sprintf(`{"msg_id":"%d"}`, i))
+	}
+
+	p1 := g1.WaitPushes(n, 10*time.Second)
+	p2 := g2.WaitPushes(n, 10*time.Second)
+	if len(p1) != n || len(p2) != n {
+		t.Fatalf("pushes g1=%d g2=%d, want %d each (one per gate per job)", len(p1), len(p2), n)
+	}
+	var order []int64
+	for _, p := range p1 {
+		var env struct {
+			Data struct {
+				MsgID json.Number `json:"msg_id"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(p.GetBody(), &env); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := env.Data.MsgID.Int64()
+		order = append(order, id)
+	}
+	if !slices.IsSorted(order) {
+		t.Fatalf("pushes out of stream order: %v", order)
+	}
+	// The first push found "gone" missing; later jobs no longer target it.
+	if got := len(p1[len(p1)-1].GetTargets()); got != 1 {
+		t.Fatalf("last g1 push has %d targets, want 1 (stale route removed)", got)
+	}
+	if ok, _ := rdb.HExists(ctx, rediskey.Route(2), "gone").Result(); ok {
+		t.Fatal("missing target's route not removed")
+	}
+
+	// A second job for an already delivered msg_id (a client retry of a
+	// committed send) is acknowledged without a push.
+	enqueue(t, rdb, conv, 5, `{"msg_id":"5"}`)
+	eventually(t, 5*time.Second, "queue drained", func() bool {
+		l, _ := rdb.XLen(ctx, rediskey.Deliver(0)).Result()
+		return l == 0 && pending(t, rdb) == 0
+	})
+	time.Sleep(100 * time.Millisecond)
+	if got := len(g1.Pushes()); got != n {
+		t.Fatalf("g1 got %d pushes, want %d: duplicate msg_id pushed again", got, n)
+	}
+	if ttl, _ := rdb.TTL(ctx, rediskey.DeliverDone(0, 5)).Result(); ttl <= 0 {
+		t.Fatalf("done marker TTL %v", ttl)
+	}
+	in.stop()
+}
+
+func TestFairShareAndGracefulHandOver(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ra, rb := newRecorder(), newRecorder()
+	a := start(t, rdb, "a", ra)
+	b := start(t, rdb, "b", rb)
+	eventually(t, 10*time.Second, "8 partitions each", func() bool {
+		oa, ob := a.svc.Owned(), b.svc.Owned()
+		return len(oa) == 8 && len(ob) == 8
+	})
+	oa, ob := a.svc.Owned(), b.svc.Owned()
+	for _, p := range oa {
+		if slices.Contains(ob, p) {
+			t.Fatalf("partition %d owned twice: a=%v b=%v", p, oa, ob)
+		}
+	}
+	for conv := int64(0); conv < partitions; conv++ {
+		enqueue(t, rdb, conv, 100+conv, `{}`)
+	}
+	eventually(t, 5*time.Second, "jobs processed by both", func() bool { return ra.total()+rb.total() == partitions })
+
+	a.stop()
+	eventually(t, 5*time.Second, "b owns all partitions", func() bool { return len(b.svc.Owned()) == partitions })
+	for conv := int64(0); conv < partitions; conv++ {
+		enqueue(t, rdb, conv, 200+conv, `{}`)
+	}
+	eventually(t, 5*time.Second, "b processes every partition", func() bool { return rb.total() == len(ob)+partitions })
+	if ra.total() != len(oa) {
+		t.Fatalf("stopped instance processed %d jobs, want %d", ra.total(), len(oa))
+	}
+	// The stopped instance left the members set, and no lease names it.
+	if ok, _ := rdb.ZScore(context.Background(), rediskey.DeliverMembers(), "a").Result(); ok != 0 {
+		t.Fatal("stopped instance still a member")
+	}
+}
+
+func TestTakeoverFromCrashedInstance(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	// A crashed instance "dead": it held every lease, was seen just now, and
+	// had read jobs it never acknowledged.
+	for p := range partitions {
+		if err := rdb.XGroupCreateMkStream(ctx, rediskey.Deliver(p), rediskey.DeliverGroup, "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.Set(ctx, rediskey.DeliverLease(p), "dead", leaseTTL).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ZAdd(ctx, rediskey.DeliverMembers(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: "dead"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const perPartition = 3
+	for i := int64(1); i <= perPartition; i++ {
+		for conv := int64(0); conv < partitions; conv++ {
+			enqueue(t, rdb, conv, i*1000+conv, `{}`)
+		}
+	}
+	for p := range partitions {
+		if err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: rediskey.DeliverGroup, Consumer: "dead",
+			Streams: []string{rediskey.Deliver(p), ">"}, Count: 100}).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One more job per partition that nobody read yet.
+	for conv := int64(0); conv < partitions; conv++ {
+		enqueue(t, rdb, conv, 9000+conv, `{}`)
+	}
+	if got := pending(t, rdb); got != partitions*perPartition {
+		t.Fatalf("set-up: %d pending", got)
+	}
+
+	rec := newRecorder()
+	b := start(t, rdb, "b", rec)
+	time.Sleep(leaseTTL / 3)
+	if got := b.svc.Owned(); len(got) != 0 {
+		t.Fatalf("took %v while the dead instance's leases were still valid", got)
+	}
+	eventually(t, 10*time.Second, "takeover of every partition", func() bool { return len(b.svc.Owned()) == partitions })
+	eventually(t, 10*time.Second, "every job processed", func() bool { return rec.total() == partitions*(perPartition+1) })
+	rec.mu.Lock()
+	for p, ids := range rec.seen {
+		if !slices.IsSorted(ids) || len(ids) != perPartition+1 {
+			t.Errorf("partition %d processed %v, want %d ids in stream order", p, ids, perPartition+1)
+		}
+	}
+	rec.mu.Unlock()
+	eventually(t, 5*time.Second, "no pending entries", func() bool { return pending(t, rdb) == 0 })
+}
