@@ -1,0 +1,421 @@
+package message_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/msgid"
+	"github.com/sparkim/spark/pkg/queue"
+	"github.com/sparkim/spark/pkg/rediskey"
+)
+
+const partitions = 16
+
+type env struct {
+	st  *store.Store
+	rdb *redis.Client
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	_, db := testenv.MySQL(t)
+	return &env{st: store.New(db), rdb: testenv.Redis(t)}
+}
+
+func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.Service, *msgid.Generator) {
+	t.Helper()
+	g, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.st.DB())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.MsgIDWindow == 0 {
+		cfg.MsgIDWindow = 5 * time.Minute
+	}
+	if cfg.EnqueueRetries == 0 {
+		cfg.EnqueueRetries = 3
+	}
+	cfg.Partitions = partitions
+	return message.New(e.st, e.rdb, g, cfg, nil, nil), g
+}
+
+func (e *env) users(t *testing.T, n int) []int64 {
+	t.Helper()
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = testenv.RandomUserID()
+		if err := e.st.EnsureUser(context.Background(), out[i], time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// jobs counts the deliver jobs queued for msgID.
+func (e *env) jobs(t *testing.T, conv, msgID int64) int {
+	t.Helper()
+	msgs, err := e.rdb.XRange(context.Background(), rediskey.Deliver(rediskey.Partition(conv, partitions)), "-", "+").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range msgs {
+		if j, err := queue.Decode(m); err == nil && j.MsgId == msgID {
+			n++
+			if len(j.Recipients) != 2 || j.ConversationId != conv {
+				t.Errorf("job %+v", j)
+			}
+		}
+	}
+	return n
+}
+
+func body(kv ...any) []byte {
+	m := map[string]any{}
+	for i := 0; i < len(kv); i += 2 {
+		m[kv[i].(string)] = kv[i+1]
+	}
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func text(s string) map[string]any { return map[string]any{"t": 1, "text": s} }
+
+func code(err error) errcode.Code {
+	c, _ := errcode.Of(err)
+	return c
+}
+
+func TestSendValidation(t *testing.T) {
+	e := newEnv(t)
+	svc, _ := e.service(t, 21, message.Config{})
+	u := e.users(t, 3)
+	a, b, c := u[0], u[1], u[2]
+	ctx := context.Background()
+	from := message.Sender{UserID: a, DeviceID: "d1"}
+	// a conversation between b and c, which a is not part of
+	if _, err := svc.Send(ctx, message.Sender{UserID: b, DeviceID: "d"}, body("to_user_id", fmt.Sprint(c), "client_msg_id", "x", "message_type", 1, "content", text("hi"))); err != nil {
+		t.Fatal(err)
+	}
+	bc, err := e.st.FindP2P(ctx, b, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := map[string]any{"t": 1, "text": strings.Repeat("x", 70_000)}
+	tests := []struct {
+		name string
+		body []byte
+		want errcode.Code
+	}{
+		{"invalid JSON", []byte(`{"to_user_id":`), errcode.InvalidArgument},
+		{"no target", body("client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"two targets", body("to_user_id", b, "conversation_id", bc, "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"group", body("group_id", "5", "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"to self", body("to_user_id", a, "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"negative user", body("to_user_id", -3, "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"unknown recipient", body("to_user_id", testenv.RandomUserID(), "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.NotFound},
+		{"missing client_msg_id", body("to_user_id", b, "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"client_msg_id with space", body("to_user_id", b, "client_msg_id", "a b", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"type mismatch", body("to_user_id", b, "client_msg_id", "c1", "message_type", 2, "content", text("x")), errcode.InvalidArgument},
+		{"content not an object", body("to_user_id", b, "client_msg_id", "c1", "message_type", 1, "content", "hi"), errcode.InvalidArgument},
+		{"content too large", body("to_user_id", b, "client_msg_id", "c1", "message_type", 1, "content", big), errcode.TooLarge},
+		{"not a member", body("conversation_id", fmt.Sprint(bc), "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.Forbidden},
+		{"no such conversation", body("conversation_id", "12345", "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.NotFound},
+		{"ok by user id", body("to_user_id", fmt.Sprint(b), "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.OK},
+		{"ok as number", body("to_user_id", b, "client_msg_id", "c2", "message_type", 1, "content", text("x")), errcode.OK},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := svc.Send(ctx, from, tt.body)
+			if got := code(err); got != tt.want {
+				t.Fatalf("code %s (%v), want %s", got, err, tt.want)
+			}
+		})
+	}
+	ab, err := e.st.FindP2P(ctx, a, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Send(ctx, from, body("conversation_id", fmt.Sprint(ab), "client_msg_id", "c3", "message_type", 1, "content", text("x"))); err != nil {
+		t.Fatalf("send by conversation id: %v", err)
+	}
+}
+
+func TestSendRateLimit(t *testing.T) {
+	e := newEnv(t)
+	svc, _ := e.service(t, 22, message.Config{SendRate: 1, SendBurst: 3})
+	u := e.users(t, 2)
+	var codes []errcode.Code
+	for i := 0; i < 5; i++ {
+		_, err := svc.Send(context.Background(), message.Sender{UserID: u[0], DeviceID: "d"},
+			body("to_user_id", u[1], "client_msg_id", fmt.Sprint("r", i), "message_type", 1, "content", text("x")))
+		codes = append(codes, code(err))
+	}
+	want := []errcode.Code{"0", "0", "0", errcode.RateLimited, errcode.RateLimited}
+	if fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Fatalf("codes %v, want %v", codes, want)
+	}
+	// another device of the same user has its own bucket
+	if _, err := svc.Send(context.Background(), message.Sender{UserID: u[0], DeviceID: "d2"},
+		body("to_user_id", u[1], "client_msg_id", "other", "message_type", 1, "content", text("x"))); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSendIdempotency(t *testing.T) {
+	e := newEnv(t)
+	svc, _ := e.service(t, 23, message.Config{})
+	u := e.users(t, 2)
+	ctx := context.Background()
+	from := message.Sender{UserID: u[0], DeviceID: "phone"}
+	first := body("to_user_id", u[1], "client_msg_id", "k1", "message_type", 1, "content", text("hello"))
+	// same content, different JSON spelling: canonical bytes are equal
+	spaced := []byte(fmt.Sprintf(`{"to_user_id":"%d","client_msg_id":"k1","message_type":1,"content":{ "t" : 1, "text":"hello" }}`, u[1]))
+	tests := []struct {
+		name string
+		body []byte
+		want errcode.Code
+	}{
+		{"first send", first, errcode.OK},
+		{"retry", first, errcode.OK},
+		{"retry 3", first, errcode.OK},
+		{"retry 4", first, errcode.OK},
+		{"retry with other whitespace", spaced, errcode.OK},
+		{"different content", body("to_user_id", u[1], "client_msg_id", "k1", "message_type", 1, "content", text("other")), errcode.Conflict},
+		{"different type", body("to_user_id", u[1], "client_msg_id", "k1", "message_type", 5, "content", map[string]any{"t": 5, "text": "hello"}), errcode.Conflict},
+	}
+	var acks [][]byte
+	for _, tt := range tests {
+		ack, err := svc.Send(ctx, from, tt.body)
+		if got := code(err); got != tt.want {
+			t.Fatalf("%s: code %s (%v), want %s", tt.name, got, err, tt.want)
+		}
+		if err == nil {
+			b, _ := json.Marshal(ack)
+			acks = append(acks, b)
+		}
+	}
+	for i := range acks {
+		if !bytes.Equal(acks[i], acks[0]) {
+			t.Fatalf("ack %d = %s, want %s", i, acks[i], acks[0])
+		}
+	}
+	var a struct {
+		MsgID          json.Number `json:"msg_id"`
+		ConversationID json.Number `json:"conversation_id"`
+	}
+	if err := json.Unmarshal(acks[0], &a); err != nil {
+		t.Fatal(err)
+	}
+	conv, _ := a.ConversationID.Int64()
+	id, _ := a.MsgID.Int64()
+	var rows int
+	if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE conversation_id = ?", conv); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v), want 1", rows, err)
+	}
+	if n := e.jobs(t, conv, id); n != len(acks) {
+		t.Fatalf("%d jobs queued, want one per successful send (%d)", n, len(acks))
+	}
+}
+
+func TestSendConcurrentIdentical(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 2)
+	svcs := []*message.Service{}
+	for _, m := range []int{24, 25} {
+		s, _ := e.service(t, m, message.Config{})
+		svcs = append(svcs, s)
+	}
+	ctx := context.Background()
+	// the conversation exists, so all senders race on the message insert
+	if _, err := svcs[0].Send(ctx, message.Sender{UserID: u[1], DeviceID: "d"}, body("to_user_id", u[0], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	acks := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			ack, err := svcs[i%2].Send(ctx, message.Sender{UserID: u[0], DeviceID: "d"},
+				body("to_user_id", u[1], "client_msg_id", "same", "message_type", 1, "content", text("once")))
+			errs[i] = err
+			if err == nil {
+				b, _ := json.Marshal(ack)
+				acks[i] = string(b)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	for i := range errs {
+		if errs[i] != nil {
+			t.Fatalf("send %d: %v", i, errs[i])
+		}
+		if acks[i] != acks[0] {
+			t.Fatalf("ack %d = %s, want %s", i, acks[i], acks[0])
+		}
+	}
+	var rows int
+	if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE sender_id = ? AND client_msg_id = 'same'", u[0]); err != nil || rows != 1 {
+		t.Fatalf("%d rows (%v), want 1", rows, err)
+	}
+}
+
+// Two logic processes (different machine ids) send into one conversation
+// at once; a reader polling id > cursor must see every message.
+func TestSendOrderAcrossGenerators(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 2)
+	ctx := context.Background()
+	var svcs []*message.Service
+	for _, m := range []int{1023, 1} { // the higher machine id issues higher ids in the same ms
+		s, _ := e.service(t, m, message.Config{})
+		svcs = append(svcs, s)
+	}
+	if _, err := svcs[0].Send(ctx, message.Sender{UserID: u[0], DeviceID: "d"}, body("to_user_id", u[1], "client_msg_id", "first", "message_type", 1, "content", text("x"))); err != nil {
+		t.Fatal(err)
+	}
+	conv, err := e.st.FindP2P(ctx, u[0], u[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	const perSender = 60
+	stop := make(chan struct{})
+	seen := map[int64]bool{}
+	var cursor int64
+	poll := func() {
+		rows, err := e.st.MessagesAfter(ctx, conv, cursor, 1000)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for _, r := range rows {
+			if r.ID <= cursor {
+				t.Errorf("id %d not above cursor %d", r.ID, cursor)
+			}
+			seen[r.ID] = true
+			cursor = r.ID
+		}
+	}
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				poll()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	acked := map[int64]bool{}
+	for s := 0; s < 4; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sender := u[s%2]
+			peer := u[1-s%2]
+			for i := 0; i < perSender; i++ {
+				b := body("to_user_id", peer, "client_msg_id", fmt.Sprintf("s%d-%d", s, i), "message_type", 1, "content", text("m"))
+				if s >= 2 { // half the senders address the conversation directly
+					b = body("conversation_id", fmt.Sprint(conv), "client_msg_id", fmt.Sprintf("s%d-%d", s, i), "message_type", 1, "content", text("m"))
+				}
+				ack, err := svcs[s%2].Send(ctx, message.Sender{UserID: sender, DeviceID: fmt.Sprint("dev", s)}, b)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				acked[ack.MsgID.Int64()] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-pollDone
+	poll()
+	all, err := e.st.MessagesAfter(ctx, conv, 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 4*perSender+1 {
+		t.Fatalf("%d rows, want %d", len(all), 4*perSender+1)
+	}
+	for _, r := range all {
+		if !seen[r.ID] {
+			t.Fatalf("the polling reader skipped msg %d (committed below its cursor)", r.ID)
+		}
+	}
+	for id := range acked {
+		if !seen[id] {
+			t.Fatalf("acked msg %d never seen", id)
+		}
+	}
+	var last int64
+	if err := e.st.DB().Get(&last, "SELECT last_msg_id FROM t_conversations WHERE id = ?", conv); err != nil || last != all[len(all)-1].ID {
+		t.Fatalf("last_msg_id %d (%v), want %d", last, err, all[len(all)-1].ID)
+	}
+	machines := map[int]bool{}
+	for _, r := range all {
+		machines[msgid.MachineOf(r.ID)] = true
+	}
+	if len(machines) != 2 {
+		t.Fatalf("ids came from machines %v, want both", machines)
+	}
+}
+
+func TestSendClientMsgID(t *testing.T) {
+	e := newEnv(t)
+	svc, gen := e.service(t, 26, message.Config{})
+	u := e.users(t, 2)
+	ctx := context.Background()
+	from := message.Sender{UserID: u[0], DeviceID: "d"}
+	early, _ := gen.Next(ctx)
+	fresh, _ := gen.Next(ctx)
+	// a GENERATE_MSG_ID id is kept
+	ack, err := svc.Send(ctx, from, body("to_user_id", u[1], "client_msg_id", "a", "msg_id", fmt.Sprint(fresh), "message_type", 1, "content", text("x")))
+	if err != nil || ack.MsgID.Int64() != fresh {
+		t.Fatalf("ack %+v (%v), want msg id %d kept", ack, err, fresh)
+	}
+	old := int64(1) << 22 // issued at the epoch: outside the window
+	future, _ := gen.Next(ctx)
+	future += int64(time.Minute/time.Millisecond) << 22
+	tests := []struct {
+		name string
+		id   int64
+	}{
+		{"below last_msg_id", early},
+		{"outside the window", old},
+		{"reused", fresh},
+		{"ahead of the clock", future},
+	}
+	for i, tt := range tests {
+		ack, err := svc.Send(ctx, from, body("to_user_id", u[1], "client_msg_id", fmt.Sprint("b", i), "msg_id", fmt.Sprint(tt.id), "message_type", 1, "content", text("x")))
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		if ack.MsgID.Int64() == tt.id || ack.MsgID.Int64() <= fresh {
+			t.Fatalf("%s: got msg id %d, want a new one above %d", tt.name, ack.MsgID.Int64(), fresh)
+		}
+	}
+}
