@@ -73,41 +73,56 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 	}
 	r := nc.Reader()
 	defer func() { _ = r.Release() }()
+	if !s.readFrames(ctx, c, r) || c.out.Closing() {
+		// The connection is closing (maybe only after a last answer is
+		// written): whatever else the client sent is discarded, or netpoll
+		// would call again at once for the unread bytes.
+		_ = r.Skip(r.Len())
+	}
+	return nil
+}
+
+// readFrames handles every complete frame in r and keeps a trailing partial
+// one. It reports false when the connection is closing.
+func (s *Server) readFrames(ctx context.Context, c *Conn, r netpoll.Reader) bool {
 	for {
+		if c.out.Closing() {
+			return false
+		}
 		n := r.Len()
 		if n == 0 {
-			return nil
+			return true
 		}
 		if len(c.pending) > 0 || n < frame.HeaderSize {
 			if !s.assemble(ctx, c, r) {
-				return nil
+				return false
 			}
 			continue
 		}
 		hb, err := r.Peek(frame.HeaderSize)
 		if err != nil {
 			c.Close("read failed")
-			return nil
+			return false
 		}
 		h, err := frame.ParseHeader(hb, s.cfg.MaxFrameSize)
 		if err != nil {
 			s.badFrame(c, err)
-			return nil
+			return false
 		}
 		total := frame.HeaderSize + int(h.BodyLength)
 		if n < total {
 			if !s.assemble(ctx, c, r) {
-				return nil
+				return false
 			}
 			continue
 		}
 		b, err := r.Next(total)
 		if err != nil {
 			c.Close("read failed")
-			return nil
+			return false
 		}
 		if !s.handleFrame(ctx, c, h, b[frame.HeaderSize:], true) {
-			return nil
+			return false
 		}
 	}
 }
@@ -277,7 +292,7 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 		// answer may send its next request at once.
 		if c.bind(resp.Bind) {
 			s.metrics.Authenticated.Add(1)
-			s.log.Info("authenticated", zap.Uint64("conn_id", c.id), zap.Int64("user_id", resp.Bind.UserId),
+			s.log.Debug("authenticated", zap.Uint64("conn_id", c.id), zap.Int64("user_id", resp.Bind.UserId),
 				zap.String("device_id", resp.Bind.DeviceId), zap.String("real_ip", c.realIP))
 		} else if c.state.Load() == stateClosed {
 			s.up.sendClosedOn(p.st, c.id, resp.Bind, c.reason())

@@ -105,6 +105,14 @@ func (o *Outbound) Enqueue(f outFrame) enqueueResult {
 	return queued
 }
 
+// Closing reports whether the queue takes no more frames: the connection
+// is closing once what is queued has been written.
+func (o *Outbound) Closing() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.closed
+}
+
 // Len returns the number of queued frames.
 func (o *Outbound) Len() int {
 	o.mu.Lock()

@@ -678,3 +678,41 @@ func TestShutdownClosesConnections(t *testing.T) {
 		t.Fatal("logic never got Closed")
 	}
 }
+
+func TestSlowReaderDropsThenCloses(t *testing.T) {
+	fl, addr := startLogic(t)
+	cfg := testGateConfig(addr)
+	cfg.WriteTimeout = 200 * time.Millisecond
+	cfg.OutboundQueue = 4
+	s := startGate(t, cfg)
+	pc := pushClient(t, s)
+	c := dial(t, s)
+	_ = c.nc.(*net.TCPConn).SetReadBuffer(4096)
+	c.auth(21, "dev-slow")
+	target := &gatev1.Target{ConnId: fl.connID(t, "dev-slow"), UserId: 21, DeviceId: "dev-slow"}
+	ctx, cancel := context.WithTimeout(context.Background(), safety)
+	defer cancel()
+	body := envelope.OK("AAAAAAAAAAA", []byte(`{"pad":"`+strings.Repeat("p", 60<<10)+`"}`))
+
+	// The client never reads: kernel buffers fill, the queue fills (drops),
+	// and the stuck write times out and closes the connection.
+	dropped := 0
+	for {
+		r, err := pc.Push(ctx, &gatev1.PushRequest{Targets: []*gatev1.Target{target}, Command: 6, Body: body})
+		if err != nil {
+			t.Fatalf("push: %v (dropped %d)", err, dropped)
+		}
+		dropped += len(r.Dropped)
+		if len(r.Missing) == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if dropped == 0 {
+		t.Fatal("queue never reported a drop before the close")
+	}
+	st, err := pc.Stats(ctx, &gatev1.StatsRequest{})
+	if err != nil || st.PushesDropped == 0 {
+		t.Fatalf("stats %v %v", st, err)
+	}
+}

@@ -294,9 +294,11 @@ func (st *stream) log() *zap.Logger {
 func (st *stream) run(ctx context.Context) {
 	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
 	backoff := minBackoff
+	failures := 0
 	for {
 		began := time.Now()
-		err := st.session(ctx)
+		wasUp := false
+		err := st.session(ctx, &wasUp)
 		st.markDown(ctx)
 		select {
 		case <-ctx.Done():
@@ -305,10 +307,17 @@ func (st *stream) run(ctx context.Context) {
 			return
 		default:
 		}
-		if time.Since(began) > 10*time.Second {
-			backoff = minBackoff
+		if wasUp || time.Since(began) > 10*time.Second {
+			backoff, failures = minBackoff, 0
 		}
-		st.log().Warn("logic stream down", zap.Error(err), zap.Duration("retry_in", backoff))
+		failures++
+		// A logic that stays down would otherwise log every few seconds
+		// per stream; warn on the change and then now and then.
+		if failures == 1 || failures%30 == 0 {
+			st.log().Warn("logic stream down", zap.Error(err), zap.Int("attempts", failures), zap.Duration("retry_in", backoff))
+		} else {
+			st.log().Debug("logic stream still down", zap.Error(err), zap.Int("attempts", failures))
+		}
 		// Jitter keeps many gates from reconnecting to a restarted logic
 		// in lockstep.
 		wait := backoff/2 + rand.N(backoff/2+1)
@@ -349,7 +358,7 @@ func (st *stream) markDown(ctx context.Context) {
 }
 
 // session runs one connection of the stream until it breaks.
-func (st *stream) session(ctx context.Context) error {
+func (st *stream) session(ctx context.Context, wasUp *bool) error {
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	cs, err := st.client.Connect(sctx)
@@ -365,6 +374,7 @@ func (st *stream) session(ctx context.Context) error {
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- st.recvLoop(sctx, cs) }()
 
+	*wasUp = true
 	st.up.Store(true)
 	st.u.metrics.StreamsUp.Add(1)
 	st.log().Info("logic stream up")
