@@ -53,7 +53,6 @@ func (s *fakeSink) write(b []byte) error {
 	return nil
 }
 
-
 func (s *fakeSink) written() []frame.Header {
 	s.mu.Lock()
 	defer s.mu.Unlock()
