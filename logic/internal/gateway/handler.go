@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,10 +37,13 @@ type Handler struct {
 	// Timeout bounds one request (default DefaultRequestTimeout).
 	Timeout time.Duration
 
+	once   sync.Once
 	reqIDs *envelope.IDSource
 }
 
-func (h *Handler) init() {
+func (h *Handler) init() { h.once.Do(h.setDefaults) }
+
+func (h *Handler) setDefaults() {
 	if h.reqIDs == nil {
 		h.reqIDs = envelope.NewIDSource()
 	}
@@ -57,6 +61,7 @@ func (h *Handler) init() {
 // Handle answers one request; it always returns exactly one Response.
 func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Request) (resp *logicv1.Response) {
 	start := time.Now()
+	h.init()
 	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
 	resp = &logicv1.Response{ConnId: req.ConnId, Command: req.Command, RequestId: req.RequestId, SequenceId: req.SequenceId}
@@ -175,6 +180,7 @@ func commandLabel(c uint32) string {
 
 // Closed handles a connection's end.
 func (h *Handler) Closed(ctx context.Context, gateID string, c *logicv1.Closed) {
+	h.init()
 	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
 	if err := h.Auth.Closed(ctx, auth.Conn{GateID: gateID, ConnID: c.ConnId}, c.Session); err != nil {

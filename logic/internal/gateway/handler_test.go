@@ -1,0 +1,134 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/errcode"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+func TestAuthValidation(t *testing.T) {
+	e := newEnv(t, 31)
+	ctx := context.Background()
+	now := time.Now()
+	uid := testenv.RandomUserID()
+	disabled := testenv.RandomUserID()
+	revoked := testenv.RandomUserID()
+	for _, u := range []int64{disabled, revoked} {
+		if err := e.st.EnsureUser(ctx, u, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.st.DB().Exec("UPDATE t_users SET status = 2 WHERE id = ?", disabled); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.DB().Exec("UPDATE t_users SET tokens_valid_after_ms = ? WHERE id = ?", now.Add(time.Hour).UnixMilli(), revoked); err != nil {
+		t.Fatal(err)
+	}
+	good := mint(t, secret, uid, "", time.Hour, now)
+	tests := []struct {
+		name      string
+		body      []byte
+		want      errcode.Code
+		wantClose bool
+	}{
+		{"invalid JSON", []byte(`{"token":`), errcode.InvalidArgument, false},
+		{"empty device id", authBody(good, ""), errcode.InvalidArgument, false},
+		{"device id too long", authBody(good, strings.Repeat("a", 65)), errcode.InvalidArgument, false},
+		{"device id with space", authBody(good, "my phone"), errcode.InvalidArgument, false},
+		{"device id with slash", authBody(good, "a/b"), errcode.InvalidArgument, false},
+		{"device id non-ASCII", authBody(good, "tel\u00e9fono"), errcode.InvalidArgument, false},
+		{"no token", authBody("", "dev-1"), errcode.BadToken, true},
+		{"garbage token", authBody("not.a.jwt", "dev-1"), errcode.BadToken, true},
+		{"expired token", authBody(mint(t, secret, uid, "", time.Minute, now.Add(-time.Hour)), "dev-1"), errcode.BadToken, true},
+		{"forged token", authBody(mint(t, []byte("other-secret"), uid, "", time.Hour, now), "dev-1"), errcode.BadToken, true},
+		{"did mismatch", authBody(mint(t, secret, uid, "dev-2", time.Hour, now), "dev-1"), errcode.BadToken, true},
+		{"disabled user", authBody(mint(t, secret, disabled, "", time.Hour, now), "dev-1"), errcode.BadToken, true},
+		{"revoked token", authBody(mint(t, secret, revoked, "", time.Hour, now), "dev-1"), errcode.BadToken, true},
+		{"ok", authBody(good, "dev-1"), errcode.OK, false},
+		{"ok with did", authBody(mint(t, secret, uid, "dev_3.x-Y", time.Hour, now), "dev_3.x-Y"), errcode.OK, false},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req := &logicv1.Request{ConnId: uint64(100 + i), RealIp: "10.0.0.1", Command: 1, RequestId: 77, SequenceId: 9, Body: tt.body}
+			resp := e.handler.Handle(ctx, "gate-auth-test", req)
+			r := decode(t, resp.Body)
+			if r.Code != tt.want || resp.Close != tt.wantClose {
+				t.Fatalf("code %s close %v (%s), want %s close %v", r.Code, resp.Close, r.Msg, tt.want, tt.wantClose)
+			}
+			if resp.Command != 1 || resp.RequestId != 77 || resp.SequenceId != 9 || resp.ConnId != req.ConnId {
+				t.Fatalf("response header %+v", resp)
+			}
+			if tt.want != errcode.OK {
+				if resp.Bind != nil || string(r.Data) != "{}" {
+					t.Fatalf("failed AUTH bound %v / data %s", resp.Bind, r.Data)
+				}
+				return
+			}
+			var data struct {
+				UserID     string `json:"user_id"`
+				DeviceID   string `json:"device_id"`
+				ServerTime int64  `json:"server_time"`
+			}
+			if err := json.Unmarshal(r.Data, &data); err != nil {
+				t.Fatal(err)
+			}
+			b := resp.Bind
+			if b == nil || b.UserId != uid || b.DeviceId != data.DeviceID || b.Platform != "ios" || b.AppVersion != "1.0" || b.SinceMs != data.ServerTime {
+				t.Fatalf("bind %+v data %+v", b, data)
+			}
+		})
+	}
+	var n int
+	if err := e.st.DB().Get(&n, "SELECT COUNT(*) FROM t_users WHERE id = ?", uid); err != nil || n != 1 {
+		t.Fatalf("user row not created on first AUTH (%d, %v)", n, err)
+	}
+}
+
+func TestCommandsNeedSession(t *testing.T) {
+	e := newEnv(t, 32)
+	ctx := context.Background()
+	sess := &logicv1.Session{UserId: testenv.RandomUserID(), DeviceId: "d", SinceMs: 1}
+	tests := []struct {
+		name    string
+		session *logicv1.Session
+		command uint32
+		body    string
+		want    errcode.Code
+		wantCmd uint32
+	}{
+		{"msg id without session", nil, 3, "", errcode.NotAuthed, 3},
+		{"send without session", nil, 4, "{}", errcode.NotAuthed, 4},
+		{"sync without session", nil, 12, "{}", errcode.NotAuthed, 12},
+		{"msg id", sess, 3, "", errcode.OK, 3},
+		{"second AUTH", sess, 1, `{}`, errcode.InvalidArgument, 1},
+		{"send invalid JSON", sess, 4, `{"to_user_id":`, errcode.InvalidArgument, 4},
+		{"read: not implemented", sess, 8, "{}", errcode.InvalidArgument, 8},
+		{"delete: not implemented", sess, 15, "{}", errcode.InvalidArgument, 15},
+		{"unknown command", sess, 16, "{}", errcode.InvalidArgument, 16},
+		{"unknown command 999", sess, 999, "{}", errcode.InvalidArgument, 999},
+		{"command 0", sess, 0, "{}", errcode.InvalidArgument, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := e.handler.Handle(ctx, "gate-x", &logicv1.Request{ConnId: 1, Session: tt.session, Command: tt.command, Body: []byte(tt.body)})
+			r := decode(t, resp.Body)
+			if r.Code != tt.want || resp.Command != tt.wantCmd {
+				t.Fatalf("command %d code %s (%s), want %d %s", resp.Command, r.Code, r.Msg, tt.wantCmd, tt.want)
+			}
+			if tt.command == 3 && tt.want == errcode.OK {
+				var d struct {
+					MsgID string `json:"msg_id"`
+				}
+				if err := json.Unmarshal(r.Data, &d); err != nil || d.MsgID == "" {
+					t.Fatalf("msg id data %s", r.Data)
+				}
+			}
+		})
+	}
+}
