@@ -110,7 +110,10 @@ func TestRequestPairingWithPushesInterleaved(t *testing.T) {
 	r1, r2 := make(chan result, 1), make(chan result, 1)
 	go func() { r, err := c.Request(ctx, protocol.CmdGenerateMsgID, nil); r1 <- result{r, err} }()
 	a := s.read()
-	go func() { r, err := c.Request(ctx, protocol.CmdSyncInbox, map[string]any{"limit": 5}); r2 <- result{r, err} }()
+	go func() {
+		r, err := c.Request(ctx, protocol.CmdSyncInbox, map[string]any{"limit": 5})
+		r2 <- result{r, err}
+	}()
 	b := s.read()
 	if a.h.RequestID == 0 || b.h.RequestID == 0 || a.h.RequestID == b.h.RequestID {
 		t.Fatalf("request ids %d, %d: want distinct and non-zero", a.h.RequestID, b.h.RequestID)

@@ -27,9 +27,9 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/sparkim/spark/client"
-	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/protocol"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
 type flags struct {

@@ -14,12 +14,12 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 	"github.com/sparkim/spark/deliver/internal/backoff"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/failpoint"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 // DoneTTL is how long a delivered msg_id is remembered, so a job enqueued

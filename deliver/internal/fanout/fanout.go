@@ -16,8 +16,6 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	gatev1 "github.com/sparkim/spark/proto/gate/v1"
-	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/envelope"
@@ -25,6 +23,8 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 // Target is one device connection to push to, with the raw route value it

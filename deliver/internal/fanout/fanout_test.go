@@ -10,14 +10,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	gatev1 "github.com/sparkim/spark/proto/gate/v1"
-	queuev1 "github.com/sparkim/spark/proto/queue/v1"
-	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
+	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 // testDB is this package's Redis DB; other deliver packages use others so
@@ -25,7 +25,9 @@ import (
 const testDB = 13
 
 func TestSelectTargets(t *testing.T) {
-	r := func(gate string, conn uint64) string { return route.Entry{GateID: gate, ConnID: conn, SinceMs: 1}.String() }
+	r := func(gate string, conn uint64) string {
+		return route.Entry{GateID: gate, ConnID: conn, SinceMs: 1}.String()
+	}
 	type want struct {
 		uid int64
 		dev string

@@ -14,9 +14,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/rediskey"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 )
 
 // ErrGateGone reports a gate whose registry key has expired: the gate is

@@ -13,9 +13,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
-	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/rediskey"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 )
 
 // Gate is a fake gate.

@@ -38,6 +38,23 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`
 
+// acquireScript is SET NX PX, except that a lease already naming us is
+// taken back at once: after a crash and restart under the same deliver id
+// the partitions resume without waiting for the old leases to expire. (Two
+// live processes must never share an id; they would share the consumer
+// name too.)
+const acquireScript = `
+local v = redis.call('GET', KEYS[1])
+if not v then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return 1
+end
+if v == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0`
+
 // Config configures a Manager.
 type Config struct {
 	// ID is this instance's member name and lease value (deliver.id).
@@ -72,6 +89,7 @@ type Manager struct {
 	cfg     Config
 	log     *zap.Logger
 	m       *metrics.Metrics
+	acquire *redis.Script
 	renew   *redis.Script
 	release *redis.Script
 	offset  int
@@ -88,7 +106,7 @@ func New(rdb redis.Cmdable, cfg Config, log *zap.Logger, m *metrics.Metrics) *Ma
 	_, _ = h.Write([]byte(cfg.ID))
 	return &Manager{
 		rdb: rdb, cfg: cfg, log: log, m: m,
-		renew: redis.NewScript(renewScript), release: redis.NewScript(releaseScript),
+		acquire: redis.NewScript(acquireScript), renew: redis.NewScript(renewScript), release: redis.NewScript(releaseScript),
 		// Instances starting together try partitions in different orders, so
 		// they do not all race for partition 0 first.
 		offset: int(h.Sum32() % uint32(max(cfg.Partitions, 1))),
@@ -241,13 +259,13 @@ func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int
 		if _, ok := owned[p]; ok {
 			continue
 		}
-		ok, err := m.rdb.SetNX(tctx, rediskey.DeliverLease(p), m.cfg.ID, m.cfg.TTL).Result()
+		got, err := m.acquire.Run(tctx, m.rdb, []string{rediskey.DeliverLease(p)}, m.cfg.ID, m.cfg.TTL.Milliseconds()).Int()
 		if err != nil {
 			m.m.RedisErrors.Inc()
 			m.log.Warn("acquire lease", zap.Int("partition", p), zap.Error(err))
 			break
 		}
-		if !ok {
+		if got == 0 {
 			continue
 		}
 		pt := &part{stop: make(chan struct{}), lastRenew: now}

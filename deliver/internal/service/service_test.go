@@ -14,7 +14,6 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 	"github.com/sparkim/spark/deliver/internal/fanout"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
@@ -22,6 +21,7 @@ import (
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 const (
@@ -289,4 +289,20 @@ func TestTakeoverFromCrashedInstance(t *testing.T) {
 	}
 	rec.mu.Unlock()
 	eventually(t, 5*time.Second, "no pending entries", func() bool { return pending(t, rdb) == 0 })
+}
+
+func TestRestartUnderSameIDResumesAtOnce(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	// "b" crashed a moment ago holding long leases; restarted under the same
+	// id it must not wait for them to expire.
+	for p := range partitions {
+		if err := rdb.Set(ctx, rediskey.DeliverLease(p), "b", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueue(t, rdb, 3, 1, `{}`)
+	rec := newRecorder()
+	start(t, rdb, "b", rec)
+	eventually(t, 3*time.Second, "job processed", func() bool { return rec.total() == 1 })
 }
