@@ -1,0 +1,86 @@
+package service
+
+import (
+	"context"
+	"net"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// privateRedis starts a throw-away redis-server, so the test can make Redis
+// unreachable without touching the shared one.
+func privateRedis(t *testing.T) (*redis.Client, *exec.Cmd) {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Skip("redis-server not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	_ = ln.Close()
+	cmd := exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), ReadTimeout: 300 * time.Millisecond, WriteTimeout: 300 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	eventually(t, 5*time.Second, "private redis up", func() bool { return rdb.Ping(context.Background()).Err() == nil })
+	return rdb, cmd
+}
+
+func TestRedisOutageLosesNothing(t *testing.T) {
+	rdb, srv := privateRedis(t)
+	ctx := context.Background()
+	rec := newRecorder()
+	in := start(t, rdb, "d1", rec)
+	for conv := int64(0); conv < partitions; conv++ {
+		enqueue(t, rdb, conv, 100+conv, `{}`)
+	}
+	eventually(t, 5*time.Second, "first jobs", func() bool { return rec.total() == partitions })
+
+	// Freeze Redis past the lease TTL: every call times out.
+	if err := srv.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, "not ready", func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer cancel()
+		return in.svc.Ready(cctx) != nil
+	})
+	time.Sleep(2 * leaseTTL)
+	if err := srv.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	for conv := int64(0); conv < partitions; conv++ {
+		enqueue(t, rdb, conv, 200+conv, `{}`)
+	}
+	eventually(t, 10*time.Second, "jobs after the outage", func() bool { return rec.total() >= 2*partitions })
+	eventually(t, 5*time.Second, "no pending", func() bool { return pending(t, rdb) == 0 })
+	if err := in.svc.Ready(ctx); err != nil {
+		t.Fatalf("not ready after recovery: %v", err)
+	}
+
+	// Redis comes back empty: streams and groups are recreated and jobs
+	// queued afterwards are still delivered.
+	n := rec.total()
+	if err := rdb.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for conv := int64(0); conv < partitions; conv++ {
+		enqueue(t, rdb, conv, 300+conv, `{}`)
+	}
+	eventually(t, 10*time.Second, "jobs after a flush", func() bool { return rec.total() >= n+partitions })
+}
