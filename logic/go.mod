@@ -7,7 +7,7 @@ require (
 	github.com/jmoiron/sqlx v1.4.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/sparkim/spark/migrations v0.0.0-00010101000000-000000000000
+	github.com/sparkim/spark/migrations v0.0.0
 	github.com/sparkim/spark/pkg v0.0.0
 	github.com/sparkim/spark/proto v0.0.0
 	go.uber.org/zap v1.28.0
