@@ -1,3 +1,24 @@
 module github.com/sparkim/spark/tests
 
 go 1.26.0
+
+require (
+	github.com/go-sql-driver/mysql v1.10.1
+	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sparkim/spark/client v0.0.0
+	github.com/sparkim/spark/pkg v0.0.0
+)
+
+require (
+	filippo.io/edwards25519 v1.2.0 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+)
+
+replace (
+	github.com/sparkim/spark/client => ../client
+	github.com/sparkim/spark/pkg => ../pkg
+	github.com/sparkim/spark/proto => ../proto
+)

@@ -1,0 +1,48 @@
+# Spark IM server. `make run` starts a whole local cluster; `make test` runs
+# every test (unit + end-to-end against real MariaDB and Redis).
+SHELL := /bin/bash
+GO ?= go
+BIN := bin
+MODULES := pkg proto migrations gate logic deliver client tests
+CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli
+
+.PHONY: all build build-failpoints run test unit e2e fuzz vet proto clean services
+
+all: build
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ $(addprefix ./,$(CMDS))
+
+# Binaries with failpoints compiled in, used by the e2e tests.
+build-failpoints:
+	@mkdir -p $(BIN)/failpoints
+	$(GO) build -tags failpoints -o $(BIN)/failpoints/ $(addprefix ./,$(CMDS))
+
+services:
+	@deploy/dev/services.sh
+
+run: build
+	@deploy/dev/run.sh
+
+vet:
+	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
+
+unit: services
+	source .run/services.env && $(GO) test -count=1 $(addsuffix /...,$(addprefix ./,$(filter-out tests,$(MODULES))))
+
+e2e: services build-failpoints
+	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m ./tests/...
+
+test: vet unit e2e
+
+# Short fuzzing of every parser (the seed corpora run in `make test` too).
+fuzz:
+	$(GO) test -run=^$$ -fuzz=FuzzDecode -fuzztime=30s ./pkg/frame
+	$(GO) test -run=^$$ -fuzz=FuzzCanonicalContent -fuzztime=30s ./pkg/protocol
+
+proto:
+	proto/gen.sh
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,83 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sparkim/spark/client"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+)
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func text(t testing.TB, s string) json.RawMessage {
+	b, err := client.TextContent(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func sendTo(to int64, clientMsgID string, content json.RawMessage) protocol.SendRequest {
+	return protocol.SendRequest{ToUserID: jsonid.ID(to), ClientMsgID: clientMsgID, MessageType: 1, Content: content}
+}
+
+// collect reads n MESSAGE pushes from conn.
+func collect(conn *client.Conn, n int, timeout time.Duration) ([]protocol.Message, error) {
+	var out []protocol.Message
+	deadline := time.Now().Add(timeout)
+	for len(out) < n {
+		m, err := nextMessage(conn, time.Until(deadline))
+		if err != nil {
+			return out, fmt.Errorf("after %d of %d messages: %w", len(out), n, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func nextMessage(conn *client.Conn, timeout time.Duration) (protocol.Message, error) {
+	if timeout <= 0 {
+		timeout = time.Millisecond
+	}
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	for {
+		select {
+		case f, ok := <-conn.Pushes():
+			if !ok {
+				return protocol.Message{}, fmt.Errorf("connection closed: %v", conn.Err())
+			}
+			if f.Command != protocol.CmdMessage || !f.IsPush() {
+				continue
+			}
+			return f.Message()
+		case <-deadline.C:
+			return protocol.Message{}, fmt.Errorf("no MESSAGE within %v", timeout)
+		}
+	}
+}
+
+// noMessage fails if a MESSAGE push is waiting on conn.
+func noMessage(t *testing.T, conn *client.Conn, what string) {
+	t.Helper()
+	for {
+		select {
+		case f := <-conn.Pushes():
+			if f.Command == protocol.CmdMessage && f.IsPush() {
+				m, _ := f.Message()
+				t.Fatalf("%s: unexpected MESSAGE %s from %s", what, m.MsgID, m.SenderID)
+			}
+		default:
+			return
+		}
+	}
+}

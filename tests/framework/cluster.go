@@ -1,0 +1,251 @@
+package framework
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	_ "github.com/go-sql-driver/mysql" // the MySQL driver for database/sql
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/sparkim/spark/pkg/token"
+)
+
+// Secrets of every test cluster.
+const (
+	ClusterSecret = "e2e-cluster-secret"
+	JWTSecret     = "e2e-jwt-secret"
+	APIKey        = "e2e-api-key"
+)
+
+// Options shape a cluster.
+type Options struct {
+	Gates, Logics, Delivers int
+	Partitions              int
+	// Env is added to every Spark process (e.g. SPARK_FAILPOINTS).
+	Env []string
+	// GateEnv, LogicEnv and DeliverEnv are added to that kind only.
+	GateEnv, LogicEnv, DeliverEnv []string
+}
+
+// GateProc is a gate with its addresses.
+type GateProc struct {
+	*Process
+	ID, TCPAddr, PushAddr, AdminAddr string
+}
+
+// LogicProc is a logic process with its addresses.
+type LogicProc struct {
+	*Process
+	GRPCAddr, AdminAddr string
+	MachineID           int
+}
+
+// DeliverProc is a deliver process.
+type DeliverProc struct {
+	*Process
+	ID, AdminAddr string
+}
+
+// Cluster is a running system: private Redis, a fresh MySQL database,
+// logic, deliver and gate processes.
+type Cluster struct {
+	t        testing.TB
+	Bins     Binaries
+	Redis    *Redis
+	DBName   string
+	MySQLDSN string
+	Config   string
+	Logics   []*LogicProc
+	Delivers []*DeliverProc
+	Gates    []*GateProc
+	db       *sql.DB
+}
+
+// NewCluster starts a cluster and stops it when the test ends.
+func NewCluster(t testing.TB, o Options) *Cluster {
+	t.Helper()
+	if o.Gates == 0 {
+		o.Gates = 2
+	}
+	if o.Logics == 0 {
+		o.Logics = 1
+	}
+	if o.Delivers == 0 {
+		o.Delivers = 1
+	}
+	if o.Partitions == 0 {
+		o.Partitions = 8
+	}
+	bins, err := Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &Cluster{t: t, Bins: bins}
+	c.Redis = StartRedis(t)
+	c.createDatabase()
+
+	dir := t.TempDir()
+	c.Config = filepath.Join(dir, "im.yaml")
+	yaml := fmt.Sprintf(`log: {level: info}
+cluster: {secret: %s}
+queue: {partitions: %d}
+logic:
+  mysql: {dsn: "%s"}
+  redis: {addr: "%s"}
+  jwt_secret: %s
+  api_keys: [%s]
+  send_rate: 5000
+  send_burst: 5000
+deliver:
+  redis: {addr: "%s"}
+  lease_ttl: 3s
+`, ClusterSecret, o.Partitions, c.MySQLDSN, c.Redis.Addr, JWTSecret, APIKey, c.Redis.Addr)
+	if err := os.WriteFile(c.Config, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.migrate()
+
+	port := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
+	var logicAddrs []string
+	for i := 0; i < o.Logics; i++ {
+		l := &LogicProc{GRPCAddr: port(), AdminAddr: port(), MachineID: i + 1}
+		env := append(append([]string{
+			"IM_LOGIC_GRPC_ADDR=" + l.GRPCAddr, "IM_LOGIC_ADMIN_ADDR=" + l.AdminAddr,
+			"IM_LOGIC_MACHINE_ID=" + strconv.Itoa(l.MachineID),
+		}, o.Env...), o.LogicEnv...)
+		l.Process = NewProcess(t, fmt.Sprintf("logic-%d", i+1), bins.Logic, []string{"-config", c.Config}, env)
+		c.Logics = append(c.Logics, l)
+		logicAddrs = append(logicAddrs, l.GRPCAddr)
+	}
+	for i := 0; i < o.Delivers; i++ {
+		d := &DeliverProc{ID: fmt.Sprintf("deliver-%d", i+1), AdminAddr: port()}
+		env := append(append([]string{"IM_DELIVER_ID=" + d.ID, "IM_DELIVER_ADMIN_ADDR=" + d.AdminAddr}, o.Env...), o.DeliverEnv...)
+		d.Process = NewProcess(t, d.ID, bins.Deliver, []string{"-config", c.Config}, env)
+		c.Delivers = append(c.Delivers, d)
+	}
+	for i := 0; i < o.Gates; i++ {
+		g := &GateProc{ID: fmt.Sprintf("gate-%d", i+1), TCPAddr: port(), PushAddr: port(), AdminAddr: port()}
+		env := append(append([]string{
+			"IM_GATE_ID=" + g.ID, "IM_GATE_TCP_ADDR=" + g.TCPAddr, "IM_GATE_PUSH_ADDR=" + g.PushAddr,
+			"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_LOGIC_ADDRS=" + strings.Join(logicAddrs, ","),
+		}, o.Env...), o.GateEnv...)
+		g.Process = NewProcess(t, g.ID, bins.Gate, []string{"-config", c.Config}, env)
+		c.Gates = append(c.Gates, g)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	t.Cleanup(c.stopAll)
+	for _, p := range c.all() {
+		if err := p.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+func (c *Cluster) all() []*Process {
+	var ps []*Process
+	for _, l := range c.Logics {
+		ps = append(ps, l.Process)
+	}
+	for _, d := range c.Delivers {
+		ps = append(ps, d.Process)
+	}
+	for _, g := range c.Gates {
+		ps = append(ps, g.Process)
+	}
+	return ps
+}
+
+func (c *Cluster) stopAll() {
+	ps := c.all()
+	for i := len(ps) - 1; i >= 0; i-- {
+		if err := ps[i].Stop(); err != nil {
+			c.t.Logf("%s: %v", ps[i].Name, err)
+		}
+	}
+	if c.t.Failed() {
+		for _, p := range ps {
+			c.t.Logf("---- %s log tail ----\n%s", p.Name, p.Tail(40))
+		}
+	}
+	if c.db != nil {
+		if os.Getenv("SPARK_KEEP_DB") == "" {
+			_, _ = c.db.Exec("DROP DATABASE IF EXISTS `" + c.DBName + "`")
+		}
+		_ = c.db.Close()
+	}
+}
+
+func serverDSN() string {
+	if v := os.Getenv("SPARK_TEST_MYSQL_DSN"); v != "" {
+		return v
+	}
+	return "root@tcp(127.0.0.1:3306)/?parseTime=true&loc=UTC"
+}
+
+func (c *Cluster) createDatabase() {
+	cfg, err := mysql.ParseDSN(serverDSN())
+	if err != nil {
+		c.t.Fatalf("SPARK_TEST_MYSQL_DSN: %v", err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	c.DBName = "spark_e2e_" + hex.EncodeToString(b[:])
+	cfg.DBName = c.DBName
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	c.MySQLDSN = cfg.FormatDSN()
+	root, err := sql.Open("mysql", serverDSN())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.Exec("CREATE DATABASE `" + c.DBName + "` CHARACTER SET utf8mb4"); err != nil {
+		c.t.Fatalf("MySQL at %s not usable (make test starts one): %v", serverDSN(), err)
+	}
+	if c.db, err = sql.Open("mysql", c.MySQLDSN); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *Cluster) migrate() {
+	cmd := exec.Command(c.Bins.Migrate, "-config", c.Config)
+	cmd.Env = inheritedEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("migrate: %v\n%s", err, out)
+	}
+}
+
+// DB is the cluster's MySQL database.
+func (c *Cluster) DB() *sql.DB { return c.db }
+
+// Token mints a client token for a user (and device, when not empty).
+func (c *Cluster) Token(userID int64, deviceID string) string {
+	tok, _, err := token.Mint([]byte(JWTSecret), userID, deviceID, time.Hour, time.Now())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok
+}
+
+// CountRows runs a COUNT(*) query.
+func (c *Cluster) CountRows(query string, args ...any) int {
+	var n int
+	if err := c.db.QueryRow(query, args...).Scan(&n); err != nil {
+		c.t.Fatalf("%s: %v", query, err)
+	}
+	return n
+}
