@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -248,4 +249,22 @@ func (c *Cluster) CountRows(query string, args ...any) int {
 		c.t.Fatalf("%s: %v", query, err)
 	}
 	return n
+}
+
+// Failpoint arms (action "off" disarms) a failpoint in a running process
+// through its admin port.
+func Failpoint(adminAddr, name, action string) error {
+	req, err := http.NewRequest(http.MethodPut, "http://"+adminAddr+"/debug/failpoints", strings.NewReader(name+"="+action))
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("failpoint %s=%s: %w", name, action, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("failpoint %s=%s: %s (binaries built without -tags failpoints?)", name, action, resp.Status)
+	}
+	return nil
 }

@@ -1,0 +1,267 @@
+package e2e
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sparkim/spark/client"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/msgid"
+	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/tests/framework"
+)
+
+// The same client_msg_id sent five times in a row and five times at once
+// (from five devices of the sender) is one row and five identical
+// SEND_ACKs; the peer receives it once. Other content under the same
+// client_msg_id is 40901.
+func TestIdempotentSend(t *testing.T) {
+	c := framework.NewCluster(t, framework.Options{Gates: 2})
+	ctx := ctxT(t, time.Minute)
+	peer := c.Login(t, 1, 4002, "peer")
+
+	t.Run("sequential", func(t *testing.T) {
+		sender := c.Login(t, 0, 4001, "seq")
+		var first protocol.SendAck
+		for i := 0; i < 5; i++ {
+			ack, err := sender.Send(ctx, sendTo(4002, "same-seq", text(t, "once")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 {
+				first = ack
+			} else if ack != first {
+				t.Fatalf("ack %d = %+v, want %+v", i, ack, first)
+			}
+		}
+		if n := c.CountRows("SELECT COUNT(*) FROM t_messages WHERE sender_id = 4001 AND client_msg_id = 'same-seq'"); n != 1 {
+			t.Fatalf("%d rows", n)
+		}
+		if m, err := nextMessage(peer, 10*time.Second); err != nil || m.MsgID != first.MsgID {
+			t.Fatalf("peer: %+v %v", m, err)
+		}
+	})
+
+	t.Run("concurrent", func(t *testing.T) {
+		var senders []*client.Conn
+		for i := 0; i < 5; i++ {
+			senders = append(senders, c.Login(t, i%2, 4001, fmt.Sprintf("dev-%d", i)))
+		}
+		acks := make([]protocol.SendAck, 5)
+		errs := make([]error, 5)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range senders {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				acks[i], errs[i] = senders[i].Send(ctx, sendTo(4002, "same-conc", text(t, "once, concurrently")))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i := range acks {
+			if errs[i] != nil {
+				t.Fatalf("sender %d: %v", i, errs[i])
+			}
+			if acks[i] != acks[0] {
+				t.Fatalf("ack %d = %+v, want %+v", i, acks[i], acks[0])
+			}
+		}
+		if n := c.CountRows("SELECT COUNT(*) FROM t_messages WHERE sender_id = 4001 AND client_msg_id = 'same-conc'"); n != 1 {
+			t.Fatalf("%d rows", n)
+		}
+		if m, err := nextMessage(peer, 10*time.Second); err != nil || m.MsgID != acks[0].MsgID {
+			t.Fatalf("peer: %+v %v", m, err)
+		}
+		// A later message is the next thing the peer sees: no duplicate.
+		later, err := senders[0].Send(ctx, sendTo(4002, "later", text(t, "later")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := nextMessage(peer, 10*time.Second); err != nil || m.MsgID != later.MsgID {
+			t.Fatalf("peer got %+v (%v), want only the later message %s", m, err, later.MsgID)
+		}
+	})
+
+	t.Run("conflict", func(t *testing.T) {
+		sender := c.Login(t, 0, 4001, "conflict")
+		if _, err := sender.Send(ctx, sendTo(4002, "same-seq", text(t, "different content"))); !hasCode(err, errcode.Conflict) {
+			t.Fatalf("got %v, want 40901", err)
+		}
+		if n := c.CountRows("SELECT COUNT(*) FROM t_messages WHERE sender_id = 4001 AND client_msg_id = 'same-seq'"); n != 1 {
+			t.Fatalf("%d rows after a conflict", n)
+		}
+	})
+}
+
+func hasCode(err error, code errcode.Code) bool {
+	var ce *client.CodeError
+	return errors.As(err, &ce) && ce.Code == code
+}
+
+// Both users of a fresh pair send their first message to each other at the
+// same moment, 50 times over: always one conversation per pair.
+func TestFirstMessageRace(t *testing.T) {
+	c := framework.NewCluster(t, framework.Options{Gates: 2})
+	ctx := ctxT(t, 2*time.Minute)
+	const pairs = 50
+	type side struct {
+		conn *client.Conn
+		user int64
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*pairs)
+	convs := make([][2]int64, pairs)
+	for p := 0; p < pairs; p++ {
+		a := side{c.Login(t, 0, int64(10000+2*p), "a"), int64(10000 + 2*p)}
+		b := side{c.Login(t, 1, int64(10001+2*p), "b"), int64(10001 + 2*p)}
+		start := make(chan struct{})
+		for i, s := range []side{a, b} {
+			peer := b.user
+			if i == 1 {
+				peer = a.user
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				ack, err := s.conn.Send(ctx, sendTo(peer, "first", text(t, "hi!")))
+				if err != nil {
+					errs <- fmt.Errorf("pair %d side %d: %w", p, i, err)
+					return
+				}
+				convs[p][i] = ack.ConversationID.Int64()
+			}()
+		}
+		close(start)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for p, cv := range convs {
+		if cv[0] != cv[1] || cv[0] == 0 {
+			t.Fatalf("pair %d: conversations %d and %d", p, cv[0], cv[1])
+		}
+		small, big := 10000+2*p, 10001+2*p
+		if n := c.CountRows("SELECT COUNT(*) FROM t_p2p_conversations WHERE user_small = ? AND user_big = ?", small, big); n != 1 {
+			t.Fatalf("pair %d: %d p2p rows", p, n)
+		}
+		if n := c.CountRows("SELECT COUNT(*) FROM t_conversation_members WHERE conversation_id = ?", cv[0]); n != 2 {
+			t.Fatalf("pair %d: %d members", p, n)
+		}
+		if n := c.CountRows("SELECT COUNT(*) FROM t_messages WHERE conversation_id = ?", cv[0]); n != 2 {
+			t.Fatalf("pair %d: %d messages in the conversation", p, n)
+		}
+	}
+	if n := c.CountRows("SELECT COUNT(*) FROM t_conversations"); n != pairs {
+		t.Fatalf("%d conversations for %d pairs", n, pairs)
+	}
+}
+
+// Two logic processes send into one conversation concurrently: MsgIds
+// increase in commit order, so a reader polling id > cursor never skips one.
+func TestOrderAcrossLogicInstances(t *testing.T) {
+	c := framework.NewCluster(t, framework.Options{Gates: 2, Logics: 2})
+	ctx := ctxT(t, 2*time.Minute)
+	// Many devices per user spread the connections over both logic
+	// processes' streams.
+	var senders []*client.Conn
+	for i := 0; i < 8; i++ {
+		senders = append(senders, c.Login(t, i%2, int64(5001+i%2), fmt.Sprintf("d%d", i)))
+	}
+	first, err := senders[0].Send(ctx, sendTo(5002, "open", text(t, "open")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := first.ConversationID.Int64()
+
+	stop := make(chan struct{})
+	seen := map[int64]bool{}
+	pollerDone := make(chan error, 1)
+	go func() { // the reader: SELECT id > cursor, as SYNC_MESSAGES does
+		cursor := int64(0)
+		for {
+			select {
+			case <-stop:
+				pollerDone <- nil
+				return
+			default:
+			}
+			rows, err := c.DB().Query("SELECT id FROM t_messages WHERE conversation_id = ? AND id > ? ORDER BY id", conv, cursor)
+			if err != nil {
+				pollerDone <- err
+				return
+			}
+			for rows.Next() {
+				var id int64
+				if err := rows.Scan(&id); err != nil {
+					pollerDone <- err
+					return
+				}
+				seen[id] = true
+				cursor = id
+			}
+			rows.Close()
+		}
+	}()
+
+	const each = 60
+	var wg sync.WaitGroup
+	errs := make(chan error, len(senders))
+	for i, s := range senders {
+		to := int64(5002)
+		if i%2 == 1 {
+			to = 5001
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := 0; k < each; k++ {
+				if _, err := s.Send(ctx, sendTo(to, fmt.Sprintf("o-%d-%d", i, k), text(t, "x"))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // let the poller see the last commits
+	close(stop)
+	if err := <-pollerDone; err != nil {
+		t.Fatal(err)
+	}
+
+	rows, err := c.DB().Query("SELECT id FROM t_messages WHERE conversation_id = ? ORDER BY id", conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	machines := map[int]int{}
+	total := 0
+	for rows.Next() {
+		var id int64
+		_ = rows.Scan(&id)
+		total++
+		machines[msgid.MachineOf(id)]++
+		if !seen[id] {
+			t.Errorf("msg %d was committed below the reader's cursor and skipped", id)
+		}
+	}
+	if total != 1+len(senders)*each {
+		t.Fatalf("%d messages, want %d", total, 1+len(senders)*each)
+	}
+	if len(machines) < 2 {
+		t.Fatalf("all messages came from one logic process (machine ids %v): the test did not exercise two", machines)
+	}
+}
