@@ -14,9 +14,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sparkim/spark/logic/internal/api"
 	"github.com/sparkim/spark/logic/internal/auth"
