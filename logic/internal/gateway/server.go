@@ -109,11 +109,12 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 			switch k := f.Kind.(type) {
 			case *logicv1.GateFrame_Request:
 				req := k.Request
+				inflight.add() // before the drain check, so Drain waits for it
 				if s.isDraining() {
+					inflight.done()
 					reply(s.busy(req))
 					continue
 				}
-				inflight.add()
 				s.disp.Submit(connKey{gateID, req.ConnId}, func() {
 					defer inflight.done()
 					reply(s.h.Handle(s.base, gateID, req))
