@@ -7,14 +7,21 @@ require (
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sparkim/spark/client v0.0.0
 	github.com/sparkim/spark/pkg v0.0.0
+	github.com/sparkim/spark/proto v0.0.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
 	filippo.io/edwards25519 v1.2.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
+	github.com/sony/sonyflake/v2 v2.2.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace (

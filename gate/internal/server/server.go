@@ -201,21 +201,18 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-// watchReady keeps the gRPC health status in step with Ready.
+// watchReady keeps the gRPC health status in step with Ready. Setting the
+// same status again is cheap: the health server only notifies watchers of
+// changes.
 func (s *Server) watchReady(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
-	serving := false
 	for {
-		ok := s.Ready() == nil
-		if ok != serving {
-			serving = ok
-			st := healthpb.HealthCheckResponse_NOT_SERVING
-			if ok {
-				st = healthpb.HealthCheckResponse_SERVING
-			}
-			s.health.SetServingStatus("", st)
+		st := healthpb.HealthCheckResponse_NOT_SERVING
+		if s.Ready() == nil {
+			st = healthpb.HealthCheckResponse_SERVING
 		}
+		s.health.SetServingStatus("", st)
 		select {
 		case <-ctx.Done():
 			return
@@ -247,12 +244,15 @@ func (s *Server) Ready() error {
 	return nil
 }
 
-// WaitReady blocks until Ready reports nil or ctx ends.
+// WaitReady blocks until Ready reports nil or ctx ends. It also reports
+// SERVING on gRPC health at once, so whoever acts on its return (the ready
+// line) never sees a health check lag behind watchReady's ticker.
 func (s *Server) WaitReady(ctx context.Context) error {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
 		if err := s.Ready(); err == nil {
+			s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 			return nil
 		}
 		select {
