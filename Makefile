@@ -40,6 +40,8 @@ test: vet unit e2e
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzDecode -fuzztime=30s ./pkg/frame
 	$(GO) test -run=^$$ -fuzz=FuzzCanonicalContent -fuzztime=30s ./pkg/protocol
+	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./pkg/route
+	$(GO) test -run=^$$ -fuzz=FuzzUnmarshal -fuzztime=15s ./pkg/jsonid
 
 proto:
 	proto/gen.sh

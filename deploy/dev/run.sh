@@ -22,6 +22,7 @@ cleanup() {
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   for p in $SPARK_STARTED_PIDS; do kill -TERM "$p" 2>/dev/null || true; done
   echo "stopped"
+  exit 0
 }
 trap cleanup INT TERM EXIT
 

@@ -42,3 +42,20 @@ func TestMarshal(t *testing.T) {
 		t.Fatal(string(b))
 	}
 }
+
+func FuzzUnmarshal(f *testing.F) {
+	for _, s := range []string{`"1"`, `1`, `null`, `"-9223372036854775808"`, `1e3`, `"x"`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var id ID
+		if err := id.UnmarshalJSON(b); err != nil {
+			return
+		}
+		out, _ := id.MarshalJSON()
+		var back ID
+		if err := back.UnmarshalJSON(out); err != nil || back != id {
+			t.Fatalf("%q -> %d -> %s", b, id, out)
+		}
+	})
+}

@@ -14,3 +14,19 @@ func TestRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+func FuzzParse(f *testing.F) {
+	f.Add("gate-1|42|1764590000000")
+	f.Add("g||")
+	f.Add("|||")
+	f.Fuzz(func(t *testing.T, s string) {
+		e, err := Parse(s)
+		if err != nil {
+			return
+		}
+		back, err := Parse(e.String())
+		if err != nil || back != e {
+			t.Fatalf("%q -> %+v -> %q (%v)", s, e, e.String(), err)
+		}
+	})
+}
