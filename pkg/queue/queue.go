@@ -11,8 +11,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
-	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 	"github.com/sparkim/spark/pkg/rediskey"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 // Field is the stream entry field holding the encoded job.

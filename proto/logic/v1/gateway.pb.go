@@ -110,6 +110,7 @@ type GateFrame struct {
 	//	*GateFrame_Hello
 	//	*GateFrame_Request
 	//	*GateFrame_Closed
+	//	*GateFrame_Rebind
 	Kind          isGateFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -179,6 +180,15 @@ func (x *GateFrame) GetClosed() *Closed {
 	return nil
 }
 
+func (x *GateFrame) GetRebind() *Rebind {
+	if x != nil {
+		if x, ok := x.Kind.(*GateFrame_Rebind); ok {
+			return x.Rebind
+		}
+	}
+	return nil
+}
+
 type isGateFrame_Kind interface {
 	isGateFrame_Kind()
 }
@@ -195,11 +205,17 @@ type GateFrame_Closed struct {
 	Closed *Closed `protobuf:"bytes,3,opt,name=closed,proto3,oneof"`
 }
 
+type GateFrame_Rebind struct {
+	Rebind *Rebind `protobuf:"bytes,4,opt,name=rebind,proto3,oneof"`
+}
+
 func (*GateFrame_Hello) isGateFrame_Kind() {}
 
 func (*GateFrame_Request) isGateFrame_Kind() {}
 
 func (*GateFrame_Closed) isGateFrame_Kind() {}
+
+func (*GateFrame_Rebind) isGateFrame_Kind() {}
 
 // Hello introduces the gate: its unique id and the address of its Push server.
 type Hello struct {
@@ -409,12 +425,113 @@ func (x *Closed) GetReason() string {
 	return ""
 }
 
+// Rebind re-reports authenticated connections after logic asked with
+// Resync (Redis lost the route table). Logic restores each route only where
+// no newer one exists.
+type Rebind struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bindings      []*Binding             `protobuf:"bytes,1,rep,name=bindings,proto3" json:"bindings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rebind) Reset() {
+	*x = Rebind{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rebind) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rebind) ProtoMessage() {}
+
+func (x *Rebind) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rebind.ProtoReflect.Descriptor instead.
+func (*Rebind) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Rebind) GetBindings() []*Binding {
+	if x != nil {
+		return x.Bindings
+	}
+	return nil
+}
+
+// Binding is one authenticated connection.
+type Binding struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Session       *Session               `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Binding) Reset() {
+	*x = Binding{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Binding) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Binding) ProtoMessage() {}
+
+func (x *Binding) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Binding.ProtoReflect.Descriptor instead.
+func (*Binding) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *Binding) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
+func (x *Binding) GetSession() *Session {
+	if x != nil {
+		return x.Session
+	}
+	return nil
+}
+
 // LogicFrame is one message from logic to a gate.
 type LogicFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
 	//
 	//	*LogicFrame_Response
+	//	*LogicFrame_Resync
 	Kind          isLogicFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -422,7 +539,7 @@ type LogicFrame struct {
 
 func (x *LogicFrame) Reset() {
 	*x = LogicFrame{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[5]
+	mi := &file_logic_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -434,7 +551,7 @@ func (x *LogicFrame) String() string {
 func (*LogicFrame) ProtoMessage() {}
 
 func (x *LogicFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[5]
+	mi := &file_logic_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -447,7 +564,7 @@ func (x *LogicFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogicFrame.ProtoReflect.Descriptor instead.
 func (*LogicFrame) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LogicFrame) GetKind() isLogicFrame_Kind {
@@ -466,6 +583,15 @@ func (x *LogicFrame) GetResponse() *Response {
 	return nil
 }
 
+func (x *LogicFrame) GetResync() *Resync {
+	if x != nil {
+		if x, ok := x.Kind.(*LogicFrame_Resync); ok {
+			return x.Resync
+		}
+	}
+	return nil
+}
+
 type isLogicFrame_Kind interface {
 	isLogicFrame_Kind()
 }
@@ -474,7 +600,51 @@ type LogicFrame_Response struct {
 	Response *Response `protobuf:"bytes,1,opt,name=response,proto3,oneof"`
 }
 
+type LogicFrame_Resync struct {
+	Resync *Resync `protobuf:"bytes,2,opt,name=resync,proto3,oneof"`
+}
+
 func (*LogicFrame_Response) isLogicFrame_Kind() {}
+
+func (*LogicFrame_Resync) isLogicFrame_Kind() {}
+
+// Resync asks the gate to send Rebind frames for every authenticated
+// connection it holds, in batches.
+type Resync struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Resync) Reset() {
+	*x = Resync{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Resync) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Resync) ProtoMessage() {}
+
+func (x *Resync) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Resync.ProtoReflect.Descriptor instead.
+func (*Resync) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{8}
+}
 
 // Response answers a Request. The gate writes body as a frame with the given
 // command, request_id and sequence_id to conn_id.
@@ -495,7 +665,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[6]
+	mi := &file_logic_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -507,7 +677,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[6]
+	mi := &file_logic_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -520,7 +690,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Response) GetConnId() uint64 {
@@ -583,11 +753,12 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x1f\n" +
 	"\vapp_version\x18\x04 \x01(\tR\n" +
 	"appVersion\x12\x19\n" +
-	"\bsince_ms\x18\x05 \x01(\x03R\asinceMs\"\x97\x01\n" +
+	"\bsince_ms\x18\x05 \x01(\x03R\asinceMs\"\xc3\x01\n" +
 	"\tGateFrame\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.logic.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\arequest\x18\x02 \x01(\v2\x11.logic.v1.RequestH\x00R\arequest\x12*\n" +
-	"\x06closed\x18\x03 \x01(\v2\x10.logic.v1.ClosedH\x00R\x06closedB\x06\n" +
+	"\x06closed\x18\x03 \x01(\v2\x10.logic.v1.ClosedH\x00R\x06closed\x12*\n" +
+	"\x06rebind\x18\x04 \x01(\v2\x10.logic.v1.RebindH\x00R\x06rebindB\x06\n" +
 	"\x04kind\"=\n" +
 	"\x05Hello\x12\x17\n" +
 	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12\x1b\n" +
@@ -605,11 +776,18 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"\x06Closed\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
 	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"F\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"7\n" +
+	"\x06Rebind\x12-\n" +
+	"\bbindings\x18\x01 \x03(\v2\x11.logic.v1.BindingR\bbindings\"O\n" +
+	"\aBinding\x12\x17\n" +
+	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
+	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\"r\n" +
 	"\n" +
 	"LogicFrame\x120\n" +
-	"\bresponse\x18\x01 \x01(\v2\x12.logic.v1.ResponseH\x00R\bresponseB\x06\n" +
-	"\x04kind\"\xce\x01\n" +
+	"\bresponse\x18\x01 \x01(\v2\x12.logic.v1.ResponseH\x00R\bresponse\x12*\n" +
+	"\x06resync\x18\x02 \x01(\v2\x10.logic.v1.ResyncH\x00R\x06resyncB\x06\n" +
+	"\x04kind\"\b\n" +
+	"\x06Resync\"\xce\x01\n" +
 	"\bResponse\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\rR\acommand\x12\x1d\n" +
@@ -635,31 +813,38 @@ func file_logic_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_logic_v1_gateway_proto_rawDescData
 }
 
-var file_logic_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_logic_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_logic_v1_gateway_proto_goTypes = []any{
 	(*Session)(nil),    // 0: logic.v1.Session
 	(*GateFrame)(nil),  // 1: logic.v1.GateFrame
 	(*Hello)(nil),      // 2: logic.v1.Hello
 	(*Request)(nil),    // 3: logic.v1.Request
 	(*Closed)(nil),     // 4: logic.v1.Closed
-	(*LogicFrame)(nil), // 5: logic.v1.LogicFrame
-	(*Response)(nil),   // 6: logic.v1.Response
+	(*Rebind)(nil),     // 5: logic.v1.Rebind
+	(*Binding)(nil),    // 6: logic.v1.Binding
+	(*LogicFrame)(nil), // 7: logic.v1.LogicFrame
+	(*Resync)(nil),     // 8: logic.v1.Resync
+	(*Response)(nil),   // 9: logic.v1.Response
 }
 var file_logic_v1_gateway_proto_depIdxs = []int32{
-	2, // 0: logic.v1.GateFrame.hello:type_name -> logic.v1.Hello
-	3, // 1: logic.v1.GateFrame.request:type_name -> logic.v1.Request
-	4, // 2: logic.v1.GateFrame.closed:type_name -> logic.v1.Closed
-	0, // 3: logic.v1.Request.session:type_name -> logic.v1.Session
-	0, // 4: logic.v1.Closed.session:type_name -> logic.v1.Session
-	6, // 5: logic.v1.LogicFrame.response:type_name -> logic.v1.Response
-	0, // 6: logic.v1.Response.bind:type_name -> logic.v1.Session
-	1, // 7: logic.v1.Gateway.Connect:input_type -> logic.v1.GateFrame
-	5, // 8: logic.v1.Gateway.Connect:output_type -> logic.v1.LogicFrame
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	2,  // 0: logic.v1.GateFrame.hello:type_name -> logic.v1.Hello
+	3,  // 1: logic.v1.GateFrame.request:type_name -> logic.v1.Request
+	4,  // 2: logic.v1.GateFrame.closed:type_name -> logic.v1.Closed
+	5,  // 3: logic.v1.GateFrame.rebind:type_name -> logic.v1.Rebind
+	0,  // 4: logic.v1.Request.session:type_name -> logic.v1.Session
+	0,  // 5: logic.v1.Closed.session:type_name -> logic.v1.Session
+	6,  // 6: logic.v1.Rebind.bindings:type_name -> logic.v1.Binding
+	0,  // 7: logic.v1.Binding.session:type_name -> logic.v1.Session
+	9,  // 8: logic.v1.LogicFrame.response:type_name -> logic.v1.Response
+	8,  // 9: logic.v1.LogicFrame.resync:type_name -> logic.v1.Resync
+	0,  // 10: logic.v1.Response.bind:type_name -> logic.v1.Session
+	1,  // 11: logic.v1.Gateway.Connect:input_type -> logic.v1.GateFrame
+	7,  // 12: logic.v1.Gateway.Connect:output_type -> logic.v1.LogicFrame
+	12, // [12:13] is the sub-list for method output_type
+	11, // [11:12] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_gateway_proto_init() }
@@ -671,9 +856,11 @@ func file_logic_v1_gateway_proto_init() {
 		(*GateFrame_Hello)(nil),
 		(*GateFrame_Request)(nil),
 		(*GateFrame_Closed)(nil),
+		(*GateFrame_Rebind)(nil),
 	}
-	file_logic_v1_gateway_proto_msgTypes[5].OneofWrappers = []any{
+	file_logic_v1_gateway_proto_msgTypes[7].OneofWrappers = []any{
 		(*LogicFrame_Response)(nil),
+		(*LogicFrame_Resync)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -681,7 +868,7 @@ func file_logic_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_gateway_proto_rawDesc), len(file_logic_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

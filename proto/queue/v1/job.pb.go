@@ -28,8 +28,13 @@ type JobKind int32
 
 const (
 	JobKind_JOB_KIND_UNSPECIFIED JobKind = 0
-	// A committed message to fan out as a MESSAGE push.
+	// A committed message to fan out as a MESSAGE push; updates every
+	// recipient's conversation list.
 	JobKind_JOB_KIND_MESSAGE JobKind = 1
+	// A push-only signal (READ, RECALL, DELETE, settings): push_data is
+	// pushed with `command` to the recipients' devices except sender_device;
+	// no list update (logic already invalidated the affected list entries).
+	JobKind_JOB_KIND_SIGNAL JobKind = 2
 )
 
 // Enum value maps for JobKind.
@@ -37,10 +42,12 @@ var (
 	JobKind_name = map[int32]string{
 		0: "JOB_KIND_UNSPECIFIED",
 		1: "JOB_KIND_MESSAGE",
+		2: "JOB_KIND_SIGNAL",
 	}
 	JobKind_value = map[string]int32{
 		"JOB_KIND_UNSPECIFIED": 0,
 		"JOB_KIND_MESSAGE":     1,
+		"JOB_KIND_SIGNAL":      2,
 	}
 )
 
@@ -88,7 +95,9 @@ type DeliverJob struct {
 	PushData    []byte `protobuf:"bytes,9,opt,name=push_data,json=pushData,proto3" json:"push_data,omitempty"`
 	CreatedAtMs int64  `protobuf:"varint,10,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
 	// enqueued_at_ms is when logic queued it (for queue-latency metrics).
-	EnqueuedAtMs  int64 `protobuf:"varint,11,opt,name=enqueued_at_ms,json=enqueuedAtMs,proto3" json:"enqueued_at_ms,omitempty"`
+	EnqueuedAtMs int64 `protobuf:"varint,11,opt,name=enqueued_at_ms,json=enqueuedAtMs,proto3" json:"enqueued_at_ms,omitempty"`
+	// command is the push command of a SIGNAL job (8, 9, 15, 16).
+	Command       uint32 `protobuf:"varint,12,opt,name=command,proto3" json:"command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -200,11 +209,18 @@ func (x *DeliverJob) GetEnqueuedAtMs() int64 {
 	return 0
 }
 
+func (x *DeliverJob) GetCommand() uint32 {
+	if x != nil {
+		return x.Command
+	}
+	return 0
+}
+
 var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12queue/v1/job.proto\x12\bqueue.v1\"\x8c\x03\n" +
+	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xa6\x03\n" +
 	"\n" +
 	"DeliverJob\x12%\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x11.queue.v1.JobKindR\x04kind\x12\x15\n" +
@@ -220,10 +236,12 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\tpush_data\x18\t \x01(\fR\bpushData\x12\"\n" +
 	"\rcreated_at_ms\x18\n" +
 	" \x01(\x03R\vcreatedAtMs\x12$\n" +
-	"\x0eenqueued_at_ms\x18\v \x01(\x03R\fenqueuedAtMs*9\n" +
+	"\x0eenqueued_at_ms\x18\v \x01(\x03R\fenqueuedAtMs\x12\x18\n" +
+	"\acommand\x18\f \x01(\rR\acommand*N\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
-	"\x10JOB_KIND_MESSAGE\x10\x01B1Z/github.com/sparkim/spark/proto/queue/v1;queuev1b\x06proto3"
+	"\x10JOB_KIND_MESSAGE\x10\x01\x12\x13\n" +
+	"\x0fJOB_KIND_SIGNAL\x10\x02B1Z/github.com/sparkim/spark/proto/queue/v1;queuev1b\x06proto3"
 
 var (
 	file_queue_v1_job_proto_rawDescOnce sync.Once

@@ -1,0 +1,76 @@
+package dialog
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// State is one conversation's entry in a user's list.
+type State struct {
+	Type      int
+	PeerID    int64
+	GroupID   int64
+	LastMsgID int64
+	LastMsgAt int64
+	Unread    int64
+	LastRead  int64
+	Muted     bool
+	Pinned    bool
+	Preview   *Preview
+	// Base is the newest message id the cold rebuild counted.
+	Base int64
+}
+
+func b2s(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func (s State) fields() []any {
+	f := []any{
+		FieldType, s.Type, FieldPeer, s.PeerID, FieldGroup, s.GroupID,
+		FieldLastMsgID, s.LastMsgID, FieldLastMsgAt, s.LastMsgAt, FieldUnread, s.Unread,
+		FieldLastRead, s.LastRead, FieldMuted, b2s(s.Muted), FieldPinned, b2s(s.Pinned),
+		FieldBase, s.Base, FieldApplied, "",
+	}
+	if s.Preview != nil {
+		pj, _ := json.Marshal(s.Preview)
+		f = append(f, FieldPreview, string(pj))
+	}
+	return f
+}
+
+// Load reads a user's state of a conversation; ok is false when absent.
+func Load(ctx context.Context, rdb redis.Cmdable, uid, cid int64) (s State, ok bool, err error) {
+	m, err := rdb.HGetAll(ctx, StateKey(uid, cid)).Result()
+	if err != nil {
+		return State{}, false, fmt.Errorf("dialog: load conversation %d of user %d: %w", cid, uid, err)
+	}
+	if len(m) == 0 {
+		return State{}, false, nil
+	}
+	return parse(m), true, nil
+}
+
+func parse(m map[string]string) State {
+	i := func(k string) int64 { v, _ := strconv.ParseInt(m[k], 10, 64); return v }
+	s := State{
+		Type: int(i(FieldType)), PeerID: i(FieldPeer), GroupID: i(FieldGroup),
+		LastMsgID: i(FieldLastMsgID), LastMsgAt: i(FieldLastMsgAt), Unread: i(FieldUnread),
+		LastRead: i(FieldLastRead), Muted: m[FieldMuted] == "1", Pinned: m[FieldPinned] == "1",
+		Base: i(FieldBase),
+	}
+	if p := m[FieldPreview]; p != "" {
+		var pv Preview
+		if json.Unmarshal([]byte(p), &pv) == nil {
+			s.Preview = &pv
+		}
+	}
+	return s
+}
