@@ -10,6 +10,7 @@ import (
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/tests/framework"
 )
 
 func ctxT(t *testing.T, d time.Duration) context.Context {
@@ -48,22 +49,7 @@ func nextMessage(conn *client.Conn, timeout time.Duration) (protocol.Message, er
 	if timeout <= 0 {
 		timeout = time.Millisecond
 	}
-	deadline := time.NewTimer(timeout)
-	defer deadline.Stop()
-	for {
-		select {
-		case f, ok := <-conn.Pushes():
-			if !ok {
-				return protocol.Message{}, fmt.Errorf("connection closed: %v", conn.Err())
-			}
-			if f.Command != protocol.CmdMessage || !f.IsPush() {
-				continue
-			}
-			return f.Message()
-		case <-deadline.C:
-			return protocol.Message{}, fmt.Errorf("no MESSAGE within %v", timeout)
-		}
-	}
+	return framework.NextMessage(conn, timeout)
 }
 
 // noMessage fails if a MESSAGE push is waiting on conn.
