@@ -11,7 +11,7 @@ import (
 
 // Binaries names the built executables.
 type Binaries struct {
-	Dir                                   string
+	Dir                                  string
 	Gate, Logic, Migrate, Deliver, IMCli string
 }
 

@@ -6,8 +6,8 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/go-sql-driver/mysql" // the MySQL driver for database/sql
 	"github.com/go-sql-driver/mysql"
+	_ "github.com/go-sql-driver/mysql" // the MySQL driver for database/sql
 
 	"github.com/sparkim/spark/pkg/token"
 )
