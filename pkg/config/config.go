@@ -121,6 +121,12 @@ type Deliver struct {
 	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
 	// PushTimeout bounds one Push RPC to a gate.
 	PushTimeout time.Duration `mapstructure:"push_timeout"`
+	// LogicAddrs are the logic instances whose Internal service records
+	// mailbox events (MISSED_MESSAGE); any reachable one will do.
+	LogicAddrs []string `mapstructure:"logic_addrs"`
+	// LogicTimeout bounds one AppendMailbox call, over every logic tried,
+	// so an unreachable logic never holds a partition.
+	LogicTimeout time.Duration `mapstructure:"logic_timeout"`
 }
 
 // Defaults are the built-in values; keys absent here cannot be set from the
@@ -170,6 +176,8 @@ var defaults = map[string]any{
 	"deliver.batch_size":         64,
 	"deliver.lease_ttl":          10 * time.Second,
 	"deliver.push_timeout":       3 * time.Second,
+	"deliver.logic_addrs":        []string{"127.0.0.1:9000"},
+	"deliver.logic_timeout":      2 * time.Second,
 }
 
 // Load reads path (empty: defaults and environment only) and applies the

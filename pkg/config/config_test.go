@@ -17,6 +17,7 @@ func TestLoad(t *testing.T) {
 	t.Setenv("IM_LOGIC_MACHINE_ID", "9")
 	t.Setenv("IM_GATE_LOGIC_ADDRS", "a:1,b:2")
 	t.Setenv("IM_LOGIC_API_KEYS", "k1")
+	t.Setenv("IM_DELIVER_LOGIC_ADDRS", "l1:9000,l2:9000")
 	c, err := Load(path)
 	if err != nil {
 		t.Fatal(err)
@@ -34,6 +35,8 @@ func TestLoad(t *testing.T) {
 		{"env single list", len(c.Logic.APIKeys), 1},
 		{"advertise defaults to listen", c.Gate.PushAdvertise, c.Gate.PushAddr},
 		{"no default secret", c.Cluster.Secret, ""},
+		{"deliver logic addrs from env", len(c.Deliver.LogicAddrs), 2},
+		{"deliver logic timeout default", c.Deliver.LogicTimeout, 2 * time.Second},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sparkim/spark/deliver/internal/fanout"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
+	"github.com/sparkim/spark/deliver/internal/logicclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/deliver/internal/service"
 	"github.com/sparkim/spark/pkg/admin"
@@ -73,7 +74,12 @@ func run(cfgPath string) error {
 	m := metrics.New(reg)
 	gates := gateclient.New(rdb, cfg.Cluster.Secret, 0)
 	defer func() { _ = gates.Close() }()
-	fo := fanout.New(rdb, gates, d.PushTimeout, log, m)
+	logics, err := logicclient.New(d.LogicAddrs, cfg.Cluster.Secret, d.LogicTimeout)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = logics.Close() }()
+	fo := fanout.New(rdb, gates, logics, d.PushTimeout, log, m)
 	svc := service.New(rdb, service.Config{
 		ID: d.ID, Partitions: cfg.Queue.Partitions, BatchSize: d.BatchSize, LeaseTTL: d.LeaseTTL,
 	}, fo, log, m)

@@ -226,7 +226,19 @@ func (c *Consumer) handle(ctx, readCtx context.Context, p int, msg redis.XMessag
 	return c.ack(ctx, p, msg.ID, job, log)
 }
 
-// ack marks the job done (when decoded), acknowledges and deletes its entry,
+// MarksDone reports whether a finished job leaves a done marker under its
+// msg_id: only MESSAGE jobs do. A SIGNAL's msg_id names the message it is
+// about, so a marker would make that message's own job (or the next signal
+// about it, e.g. a recall after a read) look delivered already.
+func MarksDone(job *queuev1.DeliverJob) bool {
+	if job == nil {
+		return false
+	}
+	k := job.GetKind()
+	return k == queuev1.JobKind_JOB_KIND_MESSAGE || k == queuev1.JobKind_JOB_KIND_UNSPECIFIED
+}
+
+// ack marks the job done (a decoded MESSAGE job), acknowledges and deletes its entry,
 // in one transaction: the done key shares the stream's hash tag. The pushes
 // already went out, so it keeps retrying until ctx ends rather than leaving
 // the job for a second push by the next owner.
@@ -235,7 +247,7 @@ func (c *Consumer) ack(ctx context.Context, p int, id string, job *queuev1.Deliv
 	bo := backoff.New(50*time.Millisecond, 2*time.Second)
 	for {
 		_, err := c.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
-			if job != nil {
+			if MarksDone(job) {
 				tx.Set(ctx, rediskey.DeliverDone(p, job.GetMsgId()), 1, DoneTTL)
 			}
 			tx.XAck(ctx, stream, rediskey.DeliverGroup, id)

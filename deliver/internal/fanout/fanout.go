@@ -1,16 +1,21 @@
-// Package fanout turns one deliver job into Push RPCs: recipients → route
-// table → targets (every device except the sending one) → one Push per gate.
-// Offline devices and unreachable gates are skipped, never retried in a
-// loop: the client catches up by sync, and a blocked partition would delay
-// every conversation behind it.
+// Package fanout turns one deliver job into Push RPCs: recipients → (for a
+// MESSAGE) each recipient's conversation list → route table → targets
+// (every device except the sending one) → one Push per gate → mailbox
+// events for pushes a live connection could not take. Offline devices and
+// unreachable gates are skipped, never retried in a loop: the client
+// catches up by sync, and a blocked partition would delay every
+// conversation behind it.
 package fanout
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,12 +23,15 @@ import (
 
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/failpoint"
+	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
@@ -105,30 +113,53 @@ type Gates interface {
 	Forget(gateID string)
 }
 
+// Mailbox records mailbox events through logic (logicclient.Pool).
+type Mailbox interface {
+	AppendMailbox(ctx context.Context, events []*logicv1.MailboxEvent) (*logicv1.AppendMailboxReply, error)
+}
+
+// MailboxMissedMessage is the mailbox event type of a push that could not
+// be handed to a live connection (docs/internals.md, Mailbox).
+const MailboxMissedMessage = 5
+
+// mailboxPause is how long mailbox calls are skipped after one failed: a
+// logic outage then costs a partition one bounded wait, not one per job.
+const mailboxPause = time.Second
+
+// listParallel bounds the concurrent list scripts of one job (a group
+// message has many recipients; each script is one round trip).
+const listParallel = 16
+
 // Fanout processes jobs. It is safe for concurrent use by partition workers.
 type Fanout struct {
 	rdb         redis.Cmdable
 	gates       Gates
+	mailbox     Mailbox
 	ids         *envelope.IDSource
 	pushTimeout time.Duration
 	log         *zap.Logger
 	m           *metrics.Metrics
 	cad         *redis.Script
+	// mailboxPausedUntil is the Unix nano time before which mailbox calls
+	// are skipped (set after a failure).
+	mailboxPausedUntil atomic.Int64
 }
 
-// New returns a Fanout.
-func New(rdb redis.Cmdable, gates Gates, pushTimeout time.Duration, log *zap.Logger, m *metrics.Metrics) *Fanout {
+// New returns a Fanout. mailbox may be nil: missed pushes are then only
+// counted (sync still brings the messages).
+func New(rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Duration, log *zap.Logger, m *metrics.Metrics) *Fanout {
 	if pushTimeout <= 0 {
 		pushTimeout = 3 * time.Second
 	}
 	return &Fanout{
-		rdb: rdb, gates: gates, ids: envelope.NewIDSource(), pushTimeout: pushTimeout,
+		rdb: rdb, gates: gates, mailbox: mailbox, ids: envelope.NewIDSource(), pushTimeout: pushTimeout,
 		log: log, m: m, cad: redis.NewScript(route.CompareAndDeleteScript),
 	}
 }
 
-// Process fans job out. A returned error is a Redis failure before any push
-// was sent; the caller retries the job later. Push failures are not errors.
+// Process handles one job. A returned error is a Redis failure before any
+// push was sent; the caller retries the job later. Push and mailbox
+// failures are not errors.
 func (f *Fanout) Process(ctx context.Context, partition int, job *queuev1.DeliverJob) error {
 	if err := failpoint.Inject("deliver/job/beforePush"); err != nil {
 		return err
@@ -137,7 +168,23 @@ func (f *Fanout) Process(ctx context.Context, partition int, job *queuev1.Delive
 		f.m.QueueLag.Observe(time.Since(time.UnixMilli(ms)).Seconds())
 	}
 	log := f.log.With(zap.Int64("msg_id", job.GetMsgId()), zap.Int64("conversation_id", job.GetConversationId()), zap.Int("partition", partition))
+	switch job.GetKind() {
+	case queuev1.JobKind_JOB_KIND_MESSAGE, queuev1.JobKind_JOB_KIND_UNSPECIFIED:
+		return f.message(ctx, log, partition, job)
+	case queuev1.JobKind_JOB_KIND_SIGNAL:
+		return f.signal(ctx, log, job)
+	default:
+		// A newer logic may enqueue kinds this deliver does not know; pushing
+		// them as MESSAGE would show garbage, and sync still has the truth.
+		f.m.Jobs.WithLabelValues(metrics.ResultUnknown).Inc()
+		log.Warn("unknown job kind, dropped", zap.Int32("kind", int32(job.GetKind())))
+		return nil
+	}
+}
 
+// message fans out a MESSAGE job: done marker, every recipient's list,
+// pushes, then mailbox events for the pushes no live connection took.
+func (f *Fanout) message(ctx context.Context, log *zap.Logger, partition int, job *queuev1.DeliverJob) error {
 	n, err := f.rdb.Exists(ctx, rediskey.DeliverDone(partition, job.GetMsgId())).Result()
 	if err != nil {
 		return fmt.Errorf("fanout: check done marker: %w", err)
@@ -147,22 +194,126 @@ func (f *Fanout) Process(ctx context.Context, partition int, job *queuev1.Delive
 		log.Debug("job already delivered")
 		return nil
 	}
-
-	var command uint32
-	switch job.GetKind() {
-	case queuev1.JobKind_JOB_KIND_MESSAGE, queuev1.JobKind_JOB_KIND_UNSPECIFIED:
-		command = uint32(protocol.CmdMessage)
-	default:
-		// A newer logic may enqueue kinds this deliver does not know; pushing
-		// them as MESSAGE would show garbage, and sync still has the truth.
-		f.m.Jobs.WithLabelValues(metrics.ResultUnknown).Inc()
-		log.Warn("unknown job kind, dropped", zap.Int32("kind", int32(job.GetKind())))
-		return nil
+	// Lists first: a client that gets the push and syncs at once must find
+	// the conversation changed. A job pushed but not acknowledged comes back
+	// here; the script skips ids it applied, so nothing counts twice.
+	if err := f.applyLists(ctx, log, job); err != nil {
+		return err
 	}
-
-	routes, err := f.lookupRoutes(ctx, Recipients(job))
+	if err := failpoint.Inject("deliver/job/afterList"); err != nil {
+		return err
+	}
+	missed, err := f.fanOut(ctx, log, job, uint32(protocol.CmdMessage))
 	if err != nil {
 		return err
+	}
+	f.m.Jobs.WithLabelValues(metrics.ResultPushed).Inc()
+	f.recordMissed(ctx, log, job, missed)
+	return nil
+}
+
+// signal pushes a SIGNAL job's command; logic already invalidated the list
+// entries it concerns, and there is no done marker (its msg_id names the
+// message it is about, not the job).
+func (f *Fanout) signal(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob) error {
+	cmd := job.GetCommand()
+	if cmd == 0 || cmd > 0xFFFF {
+		f.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
+		log.Warn("signal job without a valid command, dropped", zap.Uint32("command", cmd))
+		return nil
+	}
+	if _, err := f.fanOut(ctx, log, job, cmd); err != nil {
+		return err
+	}
+	f.m.Jobs.WithLabelValues(metrics.ResultSignal).Inc()
+	return nil
+}
+
+// pushData is what deliver reads of a MESSAGE push's data
+// (protocol.Message): enough for the preview.
+type pushData struct {
+	MessageType int             `json:"message_type"`
+	Content     json.RawMessage `json:"content"`
+	CreatedAt   int64           `json:"created_at"`
+}
+
+// preview builds the job's list preview and the message time. Undecodable
+// push data still updates the lists (unread and order matter more than the
+// preview text), with an empty text.
+func (f *Fanout) preview(log *zap.Logger, job *queuev1.DeliverJob) (dialog.Preview, int64) {
+	var d pushData
+	if len(job.GetPushData()) > 0 {
+		if err := json.Unmarshal(job.GetPushData(), &d); err != nil {
+			log.Warn("push data is not a message, preview without text", zap.Error(err))
+		}
+	}
+	var content struct {
+		Text string `json:"text"`
+	}
+	if len(d.Content) > 0 {
+		// Media content has no text; a content that is not an object is
+		// shown as empty rather than failing the job.
+		_ = json.Unmarshal(d.Content, &content)
+	}
+	mt := int(job.GetMessageType())
+	if mt == 0 {
+		mt = d.MessageType
+	}
+	at := job.GetCreatedAtMs()
+	if at == 0 {
+		at = d.CreatedAt
+	}
+	return dialog.Preview{
+		MsgID:       strconv.FormatInt(job.GetMsgId(), 10),
+		MessageType: mt,
+		Text:        dialog.PreviewText(mt, content.Text),
+		SenderID:    strconv.FormatInt(job.GetSenderId(), 10),
+	}, at
+}
+
+// applyLists applies the message to every recipient's conversation list,
+// concurrently (each call is one atomic script). Any failure fails the job
+// so it is retried whole; the scripts already run are idempotent.
+func (f *Fanout) applyLists(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob) error {
+	uids := Recipients(job)
+	if len(uids) == 0 {
+		return nil
+	}
+	p, at := f.preview(log, job)
+	errs := make([]error, len(uids))
+	sem := make(chan struct{}, listParallel)
+	var wg sync.WaitGroup
+	for i, uid := range uids {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			applied, err := dialog.ApplyMessage(ctx, f.rdb, uid, job.GetConversationId(), job.GetMsgId(), at, uid != job.GetSenderId(), p)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			if applied {
+				f.m.ListUpdates.WithLabelValues(metrics.ListApplied).Inc()
+			} else {
+				f.m.ListUpdates.WithLabelValues(metrics.ListSkipped).Inc()
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("fanout: update conversation lists: %w", err)
+	}
+	return nil
+}
+
+// fanOut pushes command with the job's data to every routed device of the
+// recipients except the sending one. It returns the targets a live gate
+// could not take: the ones it dropped (outbound queue full) and all of a
+// gate whose Push failed. An error is a Redis failure before any push.
+func (f *Fanout) fanOut(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob, command uint32) ([]Target, error) {
+	routes, err := f.lookupRoutes(ctx, Recipients(job))
+	if err != nil {
+		return nil, err
 	}
 	targets, malformed := SelectTargets(job, routes)
 	for _, s := range malformed {
@@ -181,6 +332,8 @@ func (f *Fanout) Process(ctx context.Context, partition int, job *queuev1.Delive
 	for gateID, ts := range groups {
 		addr, err := f.gates.Addr(ctx, gateID)
 		if errors.Is(err, gateclient.ErrGateGone) {
+			// A dead gate's devices are offline, not missed: sync brings
+			// the message.
 			log.Info("gate gone, removing its routes", zap.String("gate_id", gateID), zap.Int("targets", len(ts)))
 			for _, t := range ts {
 				f.removeRoute(ctx, log, Stale{UserID: t.UserID, DeviceID: t.DeviceID, Raw: t.Raw})
@@ -188,23 +341,68 @@ func (f *Fanout) Process(ctx context.Context, partition int, job *queuev1.Delive
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("fanout: %w", err)
+			return nil, fmt.Errorf("fanout: %w", err)
 		}
 		batches = append(batches, gateBatch{gateID: gateID, addr: addr, targets: ts})
 	}
 	if len(batches) == 0 {
-		f.m.Jobs.WithLabelValues(metrics.ResultPushed).Inc()
-		return nil
+		return nil, nil
 	}
 
 	body := envelope.OK(f.ids.Next(), job.GetPushData())
-	var wg sync.WaitGroup
+	var (
+		mu     sync.Mutex
+		missed []Target
+		wg     sync.WaitGroup
+	)
 	for _, b := range batches {
-		wg.Go(func() { f.push(ctx, log, b.gateID, b.addr, command, body, b.targets) })
+		wg.Go(func() {
+			m := f.push(ctx, log, b.gateID, b.addr, command, body, b.targets)
+			if len(m) > 0 {
+				mu.Lock()
+				missed = append(missed, m...)
+				mu.Unlock()
+			}
+		})
 	}
 	wg.Wait()
-	f.m.Jobs.WithLabelValues(metrics.ResultPushed).Inc()
-	return nil
+	return missed, nil
+}
+
+// recordMissed appends one MISSED_MESSAGE mailbox event per missed target,
+// in one call per job. Failures are logged and counted only: the device's
+// next sync finds the message anyway, and the partition must move on.
+func (f *Fanout) recordMissed(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob, missed []Target) {
+	if len(missed) == 0 || f.mailbox == nil {
+		return
+	}
+	if time.Now().UnixNano() < f.mailboxPausedUntil.Load() {
+		f.m.MailboxEvents.WithLabelValues(metrics.MailboxSkipped).Add(float64(len(missed)))
+		log.Debug("mailbox paused after a failure, missed pushes not recorded", zap.Int("targets", len(missed)))
+		return
+	}
+	payload, err := json.Marshal(struct {
+		ConversationID jsonid.ID `json:"conversation_id"`
+		MsgID          jsonid.ID `json:"msg_id"`
+	}{jsonid.ID(job.GetConversationId()), jsonid.ID(job.GetMsgId())})
+	if err != nil {
+		log.Error("encode mailbox payload", zap.Error(err))
+		return
+	}
+	events := make([]*logicv1.MailboxEvent, len(missed))
+	for i, t := range missed {
+		events[i] = &logicv1.MailboxEvent{
+			UserId: t.UserID, DeviceId: t.DeviceID, EventType: MailboxMissedMessage,
+			ConversationId: job.GetConversationId(), MsgId: job.GetMsgId(), Payload: payload,
+		}
+	}
+	if _, err := f.mailbox.AppendMailbox(ctx, events); err != nil {
+		f.mailboxPausedUntil.Store(time.Now().Add(mailboxPause).UnixNano())
+		f.m.MailboxEvents.WithLabelValues(metrics.MailboxFailed).Add(float64(len(events)))
+		log.Warn("record missed pushes in the mailbox", zap.Int("events", len(events)), zap.Error(err))
+		return
+	}
+	f.m.MailboxEvents.WithLabelValues(metrics.MailboxAppended).Add(float64(len(events)))
 }
 
 func (f *Fanout) lookupRoutes(ctx context.Context, uids []int64) (map[int64]map[string]string, error) {
@@ -228,13 +426,16 @@ func (f *Fanout) lookupRoutes(ctx context.Context, uids []int64) (map[int64]map[
 	return out, nil
 }
 
-func (f *Fanout) push(ctx context.Context, log *zap.Logger, gateID, addr string, command uint32, body []byte, ts []Target) {
+// push sends one Push to a gate and returns the targets it could not hand
+// to a live connection (dropped, or all of them when the RPC failed).
+// Targets it reports missing are offline: their routes are removed.
+func (f *Fanout) push(ctx context.Context, log *zap.Logger, gateID, addr string, command uint32, body []byte, ts []Target) []Target {
 	log = log.With(zap.String("gate_id", gateID), zap.String("push_addr", addr))
 	cli, err := f.gates.Client(addr)
 	if err != nil {
 		f.m.PushErrors.Inc()
 		log.Warn("push client", zap.Error(err))
-		return
+		return ts
 	}
 	req := &gatev1.PushRequest{Command: command, Body: body, Targets: make([]*gatev1.Target, len(ts))}
 	byKey := make(map[targetKey]Target, len(ts))
@@ -248,15 +449,22 @@ func (f *Fanout) push(ctx context.Context, log *zap.Logger, gateID, addr string,
 	reply, err := cli.Push(pctx, req)
 	f.m.PushSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
-		// The devices count as offline: sync brings the message. The gate may
-		// have moved, so look its address up again next time.
+		// The gate may have moved, so look its address up again next time.
+		// Whether it wrote any frame is unknown: every target counts as
+		// missed, and a duplicate is de-duplicated by msg_id on the client.
 		f.m.PushErrors.Inc()
 		f.gates.Forget(gateID)
-		log.Warn("push failed, targets treated as offline", zap.Int("targets", len(ts)), zap.Error(err))
-		return
+		log.Warn("push failed, targets treated as missed", zap.Int("targets", len(ts)), zap.Error(err))
+		return ts
 	}
 	f.m.Delivered.Add(float64(reply.GetDelivered()))
 	f.m.Dropped.Add(float64(len(reply.GetDropped())))
+	var missed []Target
+	for _, dt := range reply.GetDropped() {
+		if t, ok := byKey[targetKey{dt.GetConnId(), dt.GetUserId(), dt.GetDeviceId()}]; ok {
+			missed = append(missed, t)
+		}
+	}
 	for _, mt := range reply.GetMissing() {
 		f.m.Missing.Inc()
 		t, ok := byKey[targetKey{mt.GetConnId(), mt.GetUserId(), mt.GetDeviceId()}]
@@ -265,6 +473,7 @@ func (f *Fanout) push(ctx context.Context, log *zap.Logger, gateID, addr string,
 		}
 		f.removeRoute(ctx, log, Stale{UserID: t.UserID, DeviceID: t.DeviceID, Raw: t.Raw})
 	}
+	return missed
 }
 
 type targetKey struct {

@@ -3,16 +3,24 @@ package fanout
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
+	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
+	"github.com/sparkim/spark/deliver/internal/logicclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
@@ -135,7 +143,7 @@ func TestProcessPushesOncePerGate(t *testing.T) {
 
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	data := []byte(`{"msg_id":"77","text":"hi"}`)
 	job := &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: 77, ConversationId: 5, SenderId: 1, SenderDevice: "phone",
 		Recipients: []int64{1, 2}, PushData: data, EnqueuedAtMs: time.Now().UnixMilli()}
@@ -224,7 +232,7 @@ func TestProcessGateUnreachable(t *testing.T) {
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	f := New(rdb, pool, 500*time.Millisecond, zap.NewNop(), m)
+	f := New(rdb, pool, nil, 500*time.Millisecond, zap.NewNop(), m)
 	start := time.Now()
 	if err := f.Process(ctx, 1, &queuev1.DeliverJob{MsgId: 1, SenderId: 1, SenderDevice: "p", Recipients: []int64{1, 2}}); err != nil {
 		t.Fatal(err)
@@ -234,5 +242,346 @@ func TestProcessGateUnreachable(t *testing.T) {
 	}
 	if got, _ := rdb.HGet(ctx, rediskey.Route(2), "a").Result(); got != v {
 		t.Fatalf("route removed on RPC error: %q", got)
+	}
+}
+
+// seedState writes an existing list entry of (uid, cid) the way the cold
+// path does.
+func seedState(t *testing.T, rdb redis.Scripter, uid, cid int64, s dialog.State) {
+	t.Helper()
+	ok, err := dialog.WriteCold(context.Background(), rdb, uid, cid, "", s)
+	if err != nil || !ok {
+		t.Fatalf("seed state of %d/%d: %v %v", uid, cid, ok, err)
+	}
+}
+
+func loadState(t *testing.T, rdb redis.Cmdable, uid, cid int64) (dialog.State, bool) {
+	t.Helper()
+	s, ok, err := dialog.Load(context.Background(), rdb, uid, cid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, ok
+}
+
+func version(t *testing.T, rdb redis.Cmdable, uid, cid int64) float64 {
+	t.Helper()
+	v, err := rdb.ZScore(context.Background(), dialog.ListKey(uid), strconv.FormatInt(cid, 10)).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func messageJob(msgID, cid int64, content string) *queuev1.DeliverJob {
+	return &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: msgID, ConversationId: cid, ConversationType: 1,
+		SenderId: 1, SenderDevice: "phone", Recipients: []int64{1, 2}, MessageType: 1, CreatedAtMs: 1_700_000_000_000 + msgID,
+		PushData: []byte(`{"msg_id":"` + strconv.FormatInt(msgID, 10) + `","conversation_id":"` + strconv.FormatInt(cid, 10) +
+			`","sender_id":"1","message_type":1,"content":` + content + `,"created_at":1}`)}
+}
+
+func TestMessageUpdatesLists(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	if err := rdb.HSet(ctx, rediskey.Route(2), "a", route.Entry{GateID: "g1", ConnID: 11, SinceMs: 1}.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const cid = 5
+	// Both users' entries exist, rebuilt from MySQL up to message 10, and
+	// the peer has read up to it.
+	seedState(t, rdb, 1, cid, dialog.State{Type: 1, PeerID: 2, LastMsgID: 10, LastRead: 10, Base: 10})
+	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Muted: true})
+	v1, v2 := version(t, rdb, 1, cid), version(t, rdb, 2, cid)
+
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	m := metrics.New(prometheus.NewRegistry())
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
+
+	job := messageJob(77, cid, `{"text":"hello there"}`)
+	// Processed twice without an ack in between: a redelivery (the first
+	// owner crashed after its pushes) must not count twice.
+	for i := 0; i < 2; i++ {
+		if err := f.Process(ctx, cid, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(g1.Pushes()); got != 2 {
+		t.Fatalf("%d pushes, want 2 (an unacknowledged job is pushed again)", got)
+	}
+	peer, ok := loadState(t, rdb, 2, cid)
+	if !ok {
+		t.Fatal("peer state dropped")
+	}
+	wantPreview := &dialog.Preview{MsgID: "77", MessageType: 1, Text: "hello there", SenderID: "1"}
+	if peer.Unread != 1 || peer.LastMsgID != 77 || peer.LastMsgAt != job.GetCreatedAtMs() || !reflect.DeepEqual(peer.Preview, wantPreview) || !peer.Muted {
+		t.Fatalf("peer state %+v preview %+v", peer, peer.Preview)
+	}
+	sender, _ := loadState(t, rdb, 1, cid)
+	if sender.Unread != 0 || sender.LastMsgID != 77 || !reflect.DeepEqual(sender.Preview, wantPreview) {
+		t.Fatalf("sender state %+v (own message must not count)", sender)
+	}
+	if nv1, nv2 := version(t, rdb, 1, cid), version(t, rdb, 2, cid); nv1 <= v1 || nv2 <= v2 {
+		t.Fatalf("versions %v→%v, %v→%v: the change must be visible to sync", v1, nv1, v2, nv2)
+	}
+
+	// An older message arriving later counts but does not replace the
+	// newer preview; one at or below base is never applied.
+	if err := f.Process(ctx, cid, messageJob(50, cid, `{"text":"older"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Process(ctx, cid, messageJob(9, cid, `{"text":"counted by the rebuild"}`)); err != nil {
+		t.Fatal(err)
+	}
+	peer, _ = loadState(t, rdb, 2, cid)
+	if peer.Unread != 2 || peer.LastMsgID != 77 || peer.Preview.Text != "hello there" {
+		t.Fatalf("peer state after older messages %+v preview %+v", peer, peer.Preview)
+	}
+
+	// Media shows a placeholder; long text is cut.
+	long := strings.Repeat("é", dialog.PreviewTextLen+10)
+	if err := f.Process(ctx, cid, messageJob(80, cid, `{"text":"`+long+`"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if peer, _ = loadState(t, rdb, 2, cid); peer.Preview.Text != strings.Repeat("é", dialog.PreviewTextLen) {
+		t.Fatalf("long preview %q", peer.Preview.Text)
+	}
+	img := messageJob(81, cid, `{"url":"http://x/y.png"}`)
+	img.MessageType = 2
+	if err := f.Process(ctx, cid, img); err != nil {
+		t.Fatal(err)
+	}
+	if peer, _ = loadState(t, rdb, 2, cid); peer.Preview.Text != "[image]" || peer.Preview.MessageType != 2 || peer.Unread != 4 {
+		t.Fatalf("image preview %+v unread %d", peer.Preview, peer.Unread)
+	}
+	// Push data that is no message still updates the list.
+	bad := messageJob(82, cid, `1`)
+	bad.PushData = []byte(`not json`)
+	if err := f.Process(ctx, cid, bad); err != nil {
+		t.Fatal(err)
+	}
+	if peer, _ = loadState(t, rdb, 2, cid); peer.Unread != 5 || peer.LastMsgID != 82 {
+		t.Fatalf("state after undecodable push data %+v", peer)
+	}
+
+	// A completed job (done marker) is skipped entirely: no list change.
+	if err := rdb.Set(ctx, rediskey.DeliverDone(cid, 90), 1, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := version(t, rdb, 2, cid)
+	if err := f.Process(ctx, cid, messageJob(90, cid, `{"text":"x"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if peer, _ = loadState(t, rdb, 2, cid); peer.Unread != 5 || version(t, rdb, 2, cid) != before {
+		t.Fatalf("done job changed the list: %+v", peer)
+	}
+}
+
+func TestMessageAbsentStateOnlyBumpsVersion(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	const cid = 6
+	seedState(t, rdb, 1, cid+100, dialog.State{Type: 1, PeerID: 3}) // another conversation
+	ver0, _ := rdb.Get(ctx, dialog.VersionKey(1)).Int64()
+	if err := f.Process(ctx, cid, messageJob(5, cid, `{"text":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []int64{1, 2} {
+		if _, ok := loadState(t, rdb, uid, cid); ok {
+			t.Fatalf("user %d: an absent state was created (only the cold path builds it)", uid)
+		}
+		if version(t, rdb, uid, cid) == 0 {
+			t.Fatalf("user %d: conversation not marked changed", uid)
+		}
+	}
+	if ver1, _ := rdb.Get(ctx, dialog.VersionKey(1)).Int64(); ver1 != ver0+1 {
+		t.Fatalf("version counter %d → %d, want one bump", ver0, ver1)
+	}
+}
+
+func TestSignalPushesCommandOnly(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	for uid, devs := range map[int64]map[string]uint64{1: {"phone": 1, "pad": 2}, 2: {"a": 3}} {
+		for dev, conn := range devs {
+			if err := rdb.HSet(ctx, rediskey.Route(uid), dev, route.Entry{GateID: "g1", ConnID: conn, SinceMs: 1}.String()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const cid = 7
+	seedState(t, rdb, 1, cid, dialog.State{Type: 1, PeerID: 2, LastMsgID: 10, Base: 10})
+	ver0, _ := rdb.Get(ctx, dialog.VersionKey(1)).Int64()
+	// The message the signal is about was delivered: its done marker must
+	// not suppress the signal.
+	if err := rdb.Set(ctx, rediskey.DeliverDone(cid, 10), 1, time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	lg := gatetest.StartLogic(t, secret)
+	lc, err := logicclient.New([]string{lg.Addr}, secret, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	g1.SetDropped(3)
+	f := New(rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+
+	tests := []struct {
+		name       string
+		command    uint32
+		recipients []int64
+		want       []uint64
+	}{
+		{"read goes to the reader's other devices", 8, []int64{1}, []uint64{2}},
+		{"recall goes to every participant but the recalling device", 9, []int64{1, 2}, []uint64{2, 3}},
+		{"delete", 15, []int64{1}, []uint64{2}},
+		{"settings", 16, []int64{1}, []uint64{2}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := len(g1.Pushes())
+			data := []byte(`{"conversation_id":"7","msg_id":"10"}`)
+			job := &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: tt.command, MsgId: 10, ConversationId: cid,
+				SenderId: 1, SenderDevice: "phone", Recipients: tt.recipients, PushData: data}
+			if err := f.Process(ctx, cid, job); err != nil {
+				t.Fatal(err)
+			}
+			ps := g1.Pushes()
+			if len(ps) != n+1 {
+				t.Fatalf("%d pushes, want 1", len(ps)-n)
+			}
+			p := ps[n]
+			var conns []uint64
+			for _, tg := range p.GetTargets() {
+				conns = append(conns, tg.GetConnId())
+			}
+			if p.GetCommand() != tt.command || !reflect.DeepEqual(conns, tt.want) {
+				t.Fatalf("push command %d targets %v, want %d %v", p.GetCommand(), conns, tt.command, tt.want)
+			}
+			var env envelope.Response
+			if err := json.Unmarshal(p.GetBody(), &env); err != nil || env.Code != "0" || string(env.Data) != string(data) {
+				t.Fatalf("body %s: %v", p.GetBody(), err)
+			}
+		})
+	}
+	if ver1, _ := rdb.Get(ctx, dialog.VersionKey(1)).Int64(); ver1 != ver0 {
+		t.Fatalf("signals changed the list version %d → %d", ver0, ver1)
+	}
+	if s, _ := loadState(t, rdb, 1, cid); s.LastMsgID != 10 || s.Unread != 0 {
+		t.Fatalf("signals changed the state %+v", s)
+	}
+	if calls := lg.Calls(); len(calls) != 0 {
+		t.Fatalf("a dropped signal wrote %d mailbox calls; only messages do", len(calls))
+	}
+
+	// A signal without a command and an unknown kind are dropped unpushed.
+	n := len(g1.Pushes())
+	for _, job := range []*queuev1.DeliverJob{
+		{Kind: queuev1.JobKind_JOB_KIND_SIGNAL, MsgId: 10, ConversationId: cid, SenderId: 2, Recipients: []int64{1}},
+		{Kind: queuev1.JobKind(42), Command: 8, MsgId: 11, ConversationId: cid, SenderId: 2, Recipients: []int64{1}},
+	} {
+		if err := f.Process(ctx, cid, job); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := len(g1.Pushes()); got != n {
+		t.Fatalf("%d pushes of invalid jobs", got-n)
+	}
+}
+
+func TestMissedPushesGoToMailbox(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	g2 := gatetest.Start(t, rdb, "g2", secret)
+	g1.SetDropped(11) // user 2's "a": outbound queue full
+	g1.SetMissing(12) // user 2's "gone": offline
+	g2.SetFail(true)  // user 1's "pad" and user 2's "b": RPC fails
+	for uid, devs := range map[int64]map[string]route.Entry{
+		1: {"phone": {GateID: "g1", ConnID: 10}, "pad": {GateID: "g2", ConnID: 20}},
+		2: {"a": {GateID: "g1", ConnID: 11}, "gone": {GateID: "g1", ConnID: 12}, "ok": {GateID: "g1", ConnID: 13},
+			"b": {GateID: "g2", ConnID: 21}, "dead": {GateID: "gdead", ConnID: 30}},
+	} {
+		for dev, e := range devs {
+			e.SinceMs = 1
+			if err := rdb.HSet(ctx, rediskey.Route(uid), dev, e.String()).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	lg := gatetest.StartLogic(t, secret)
+	// The first logic refuses connections: the call moves on to the next.
+	lc, err := logicclient.New([]string{"127.0.0.1:1", lg.Addr}, secret, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	m := metrics.New(prometheus.NewRegistry())
+	f := New(rdb, pool, lc, time.Second, zap.NewNop(), m)
+
+	const cid, mid = 8, 123
+	if err := f.Process(ctx, cid, messageJob(mid, cid, `{"text":"hi"}`)); err != nil {
+		t.Fatal(err)
+	}
+	calls := lg.Calls()
+	if len(calls) != 1 {
+		t.Fatalf("%d AppendMailbox calls, want one batch per job", len(calls))
+	}
+	type ev struct {
+		uid int64
+		dev string
+	}
+	var got []ev
+	for _, e := range calls[0].GetEvents() {
+		got = append(got, ev{e.GetUserId(), e.GetDeviceId()})
+		if e.GetEventType() != MailboxMissedMessage || e.GetConversationId() != cid || e.GetMsgId() != mid ||
+			string(e.GetPayload()) != `{"conversation_id":"8","msg_id":"123"}` {
+			t.Fatalf("event %v", e)
+		}
+	}
+	sort.Slice(got, func(i, j int) bool {
+		if got[i].uid != got[j].uid {
+			return got[i].uid < got[j].uid
+		}
+		return got[i].dev < got[j].dev
+	})
+	// Offline devices (missing, dead gate, no route) and delivered ones get
+	// nothing; the sending device is never a target.
+	if want := []ev{{1, "pad"}, {2, "a"}, {2, "b"}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("mailbox events for %v, want %v", got, want)
+	}
+	if v := testutil.ToFloat64(m.MailboxEvents.WithLabelValues(metrics.MailboxAppended)); v != 3 {
+		t.Fatalf("appended metric %v", v)
+	}
+
+	// Logic unreachable: the job still completes in bounded time, and the
+	// next job does not wait for logic again right away.
+	lg.SetFail(true)
+	for i, id := range []int64{mid + 1, mid + 2} {
+		start := time.Now()
+		if err := f.Process(ctx, cid, messageJob(id, cid, `{"text":"hi"}`)); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 3*time.Second {
+			t.Fatalf("job %d took %v with logic down", i, d)
+		}
+	}
+	if n := len(lg.Calls()); n != 2 {
+		t.Fatalf("%d calls, want 2 (one failed, then paused)", n)
+	}
+	if v := testutil.ToFloat64(m.MailboxEvents.WithLabelValues(metrics.MailboxFailed)); v != 3 {
+		t.Fatalf("failed metric %v", v)
+	}
+	if v := testutil.ToFloat64(m.MailboxEvents.WithLabelValues(metrics.MailboxSkipped)); v != 3 {
+		t.Fatalf("skipped metric %v", v)
 	}
 }

@@ -1,5 +1,6 @@
-// Package gatetest is a fake gate Push server for deliver's tests: it
-// records every Push and answers with the targets it was told are missing.
+// Package gatetest holds deliver's test fakes: a gate Push server that
+// records every Push and answers with the targets it was told are missing
+// or dropped, and a logic Internal server that records mailbox events.
 package gatetest
 
 import (
@@ -12,10 +13,13 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/rediskey"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
 // Gate is a fake gate.
@@ -27,6 +31,8 @@ type Gate struct {
 	mu      sync.Mutex
 	pushes  []*gatev1.PushRequest
 	missing map[uint64]bool
+	dropped map[uint64]bool
+	fail    bool
 	notify  chan struct{}
 }
 
@@ -38,7 +44,7 @@ func Start(t testing.TB, rdb redis.Cmdable, id, secret string) *Gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &Gate{ID: id, Addr: ln.Addr().String(), missing: map[uint64]bool{}, notify: make(chan struct{}, 1024)}
+	g := &Gate{ID: id, Addr: ln.Addr().String(), missing: map[uint64]bool{}, dropped: map[uint64]bool{}, notify: make(chan struct{}, 1024)}
 	srv := grpc.NewServer(clusterauth.NewGuard(secret).ServerOptions()...)
 	gatev1.RegisterPushServer(srv, g)
 	go func() { _ = srv.Serve(ln) }()
@@ -57,15 +63,36 @@ func (g *Gate) SetMissing(conn uint64) {
 	g.mu.Unlock()
 }
 
+// SetDropped makes the gate report conn as dropped (outbound queue full).
+func (g *Gate) SetDropped(conn uint64) {
+	g.mu.Lock()
+	g.dropped[conn] = true
+	g.mu.Unlock()
+}
+
+// SetFail makes every Push fail with Unavailable (after recording it).
+func (g *Gate) SetFail(fail bool) {
+	g.mu.Lock()
+	g.fail = fail
+	g.mu.Unlock()
+}
+
 // Push records the request.
 func (g *Gate) Push(_ context.Context, req *gatev1.PushRequest) (*gatev1.PushReply, error) {
 	g.mu.Lock()
 	g.pushes = append(g.pushes, req)
+	if g.fail {
+		g.mu.Unlock()
+		return nil, status.Error(codes.Unavailable, "gatetest: failing")
+	}
 	reply := &gatev1.PushReply{}
 	for _, t := range req.GetTargets() {
-		if g.missing[t.GetConnId()] {
+		switch {
+		case g.missing[t.GetConnId()]:
 			reply.Missing = append(reply.Missing, t)
-		} else {
+		case g.dropped[t.GetConnId()]:
+			reply.Dropped = append(reply.Dropped, t)
+		default:
 			reply.Delivered++
 		}
 	}
@@ -97,6 +124,66 @@ func (g *Gate) WaitPushes(n int, d time.Duration) []*gatev1.PushRequest {
 			return g.Pushes()
 		}
 	}
+}
+
+// Logic is a fake logic Internal server.
+type Logic struct {
+	logicv1.UnimplementedInternalServer
+	Addr string
+
+	mu    sync.Mutex
+	calls []*logicv1.AppendMailboxRequest
+	seq   map[int64]int64
+	fail  bool
+}
+
+// StartLogic serves a fake Internal on 127.0.0.1:0, requiring secret. It
+// stops when the test ends.
+func StartLogic(t testing.TB, secret string) *Logic {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Logic{Addr: ln.Addr().String(), seq: map[int64]int64{}}
+	srv := grpc.NewServer(clusterauth.NewGuard(secret).ServerOptions()...)
+	logicv1.RegisterInternalServer(srv, l)
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(srv.Stop)
+	return l
+}
+
+// SetFail makes every AppendMailbox fail with Unavailable (after recording it).
+func (l *Logic) SetFail(fail bool) {
+	l.mu.Lock()
+	l.fail = fail
+	l.mu.Unlock()
+}
+
+// AppendMailbox records the request and assigns per-user seqs.
+func (l *Logic) AppendMailbox(_ context.Context, req *logicv1.AppendMailboxRequest) (*logicv1.AppendMailboxReply, error) {
+	l.mu.Lock()
+	l.calls = append(l.calls, req)
+	fail := l.fail
+	reply := &logicv1.AppendMailboxReply{}
+	if !fail {
+		for _, e := range req.GetEvents() {
+			l.seq[e.GetUserId()]++
+			reply.Seqs = append(reply.Seqs, l.seq[e.GetUserId()])
+		}
+	}
+	l.mu.Unlock()
+	if fail {
+		return nil, status.Error(codes.Unavailable, "gatetest: logic failing")
+	}
+	return reply, nil
+}
+
+// Calls returns the recorded requests.
+func (l *Logic) Calls() []*logicv1.AppendMailboxRequest {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]*logicv1.AppendMailboxRequest(nil), l.calls...)
 }
 
 // Redis returns a client on db of the test Redis (SPARK_TEST_REDIS_ADDR,

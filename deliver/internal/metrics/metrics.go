@@ -10,6 +10,25 @@ const (
 	ResultDuplicate = "duplicate"
 	ResultMalformed = "malformed"
 	ResultUnknown   = "unknown_kind"
+	// ResultSignal is a SIGNAL job pushed (READ, RECALL, DELETE, settings).
+	ResultSignal = "signal"
+)
+
+// List update results for Metrics.ListUpdates.
+const (
+	// ListApplied: the recipient's state existed and took the message.
+	ListApplied = "applied"
+	// ListSkipped: the state was absent (only its version was bumped, the
+	// next sync rebuilds it) or already held the message (a redelivery).
+	ListSkipped = "skipped"
+)
+
+// Mailbox results for Metrics.MailboxEvents.
+const (
+	MailboxAppended = "appended"
+	MailboxFailed   = "failed"
+	// MailboxSkipped: logic failed moments ago, so the call was not tried.
+	MailboxSkipped = "skipped"
 )
 
 // Metrics are deliver's collectors.
@@ -34,6 +53,10 @@ type Metrics struct {
 	OwnedPartitions prometheus.Gauge
 	// RedisErrors counts failed Redis operations (they are retried).
 	RedisErrors prometheus.Counter
+	// ListUpdates counts per-recipient conversation-list updates by result.
+	ListUpdates *prometheus.CounterVec
+	// MailboxEvents counts MISSED_MESSAGE events by result.
+	MailboxEvents *prometheus.CounterVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -71,8 +94,14 @@ func New(reg prometheus.Registerer) *Metrics {
 		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "deliver", Name: "redis_errors_total", Help: "Failed Redis operations (retried).",
 		}),
+		ListUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "list_updates_total", Help: "Per-recipient conversation-list updates, by result.",
+		}, []string{"result"}),
+		MailboxEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "mailbox_events_total", Help: "MISSED_MESSAGE mailbox events, by result.",
+		}, []string{"result"}),
 	}
 	reg.MustRegister(m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.Dropped,
-		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors)
+		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors, m.ListUpdates, m.MailboxEvents)
 	return m
 }

@@ -14,10 +14,12 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/sparkim/spark/deliver/internal/consumer"
 	"github.com/sparkim/spark/deliver/internal/fanout"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
@@ -140,7 +142,7 @@ func TestFanOutThroughQueue(t *testing.T) {
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	fo := fanout.New(rdb, pool, 2*time.Second, zap.NewNop(), m)
+	fo := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
 
 	// Jobs enqueued before deliver starts are kept (group created from 0).
 	const conv, n = 32, 20 // conv 32 → partition 0
@@ -305,4 +307,73 @@ func TestRestartUnderSameIDResumesAtOnce(t *testing.T) {
 	rec := newRecorder()
 	start(t, rdb, "b", rec)
 	eventually(t, 3*time.Second, "job processed", func() bool { return rec.total() == 1 })
+}
+
+func TestRedeliveredJobCountsOnce(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	if err := rdb.HSet(ctx, rediskey.Route(2), "a", route.Entry{GateID: "g1", ConnID: 3, SinceMs: 1}.String()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	const conv = 32 // partition 0
+	for uid, peer := range map[int64]int64{1: 2, 2: 1} {
+		if ok, err := dialog.WriteCold(ctx, rdb, uid, conv, "", dialog.State{Type: 1, PeerID: peer}); err != nil || !ok {
+			t.Fatalf("seed %d: %v %v", uid, ok, err)
+		}
+	}
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	fo := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+
+	// A crashed owner read the job and fanned it out, but never acked it.
+	if err := consumer.EnsureGroup(ctx, rdb, 0); err != nil {
+		t.Fatal(err)
+	}
+	enqueue(t, rdb, conv, 7, `{"msg_id":"7","content":{"text":"hi"}}`)
+	res, err := rdb.XReadGroup(ctx, &redis.XReadGroupArgs{Group: rediskey.DeliverGroup, Consumer: "dead",
+		Streams: []string{rediskey.Deliver(0), ">"}, Count: 10}).Result()
+	if err != nil || len(res) != 1 || len(res[0].Messages) != 1 {
+		t.Fatalf("read as dead: %v %v", res, err)
+	}
+	job, err := queue.Decode(res[0].Messages[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fo.Process(ctx, 0, job); err != nil {
+		t.Fatal(err)
+	}
+	// A signal about that message: no done marker may be left by it.
+	sig := &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: 8, MsgId: 8, ConversationId: conv,
+		SenderId: 1, SenderDevice: "phone", Recipients: []int64{2}, PushData: []byte(`{"conversation_id":"32","msg_id":"7"}`)}
+	if _, err := queue.Enqueue(ctx, rdb, partitions, sig); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next owner claims the pending job and processes it again.
+	start(t, rdb, "b", fo)
+	eventually(t, 10*time.Second, "queue drained", func() bool {
+		l, _ := rdb.XLen(ctx, rediskey.Deliver(0)).Result()
+		return l == 0 && pending(t, rdb) == 0
+	})
+	s, _, err := dialog.Load(ctx, rdb, 2, conv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Unread != 1 || s.LastMsgID != 7 || s.Preview == nil || s.Preview.Text != "hi" {
+		t.Fatalf("peer state after redelivery %+v", s)
+	}
+	if s, _, _ := dialog.Load(ctx, rdb, 1, conv); s.Unread != 0 || s.LastMsgID != 7 {
+		t.Fatalf("sender state %+v", s)
+	}
+	ps := g1.Pushes()
+	if len(ps) != 3 || ps[2].GetCommand() != 8 {
+		t.Fatalf("%d pushes (want message twice, then the signal)", len(ps))
+	}
+	if n, _ := rdb.Exists(ctx, rediskey.DeliverDone(0, 7)).Result(); n != 1 {
+		t.Fatal("message left no done marker")
+	}
+	if n, _ := rdb.Exists(ctx, rediskey.DeliverDone(0, 8)).Result(); n != 0 {
+		t.Fatal("signal left a done marker")
+	}
 }

@@ -1,0 +1,100 @@
+// Package logicclient calls logic's Internal service. Logic owns every MySQL
+// write, so deliver records mailbox events (MISSED_MESSAGE) through it. Any
+// logic instance will do; the client tries them in turn within one time
+// budget, so an unreachable logic never holds a partition.
+package logicclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sparkim/spark/pkg/clusterauth"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// DefaultTimeout bounds one AppendMailbox over every logic tried.
+const DefaultTimeout = 2 * time.Second
+
+// Pool holds one Internal client per logic address. It is safe for
+// concurrent use.
+type Pool struct {
+	addrs   []string
+	conns   []*grpc.ClientConn
+	clients []logicv1.InternalClient
+	timeout time.Duration
+	// next rotates the first logic tried, spreading calls over instances.
+	next atomic.Uint32
+}
+
+// New prepares clients for addrs, authenticated with the cluster secret.
+// Connections are made lazily on first use. timeout <= 0 means
+// DefaultTimeout.
+func New(addrs []string, secret string, timeout time.Duration) (*Pool, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("logicclient: deliver.logic_addrs is empty")
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	p := &Pool{addrs: addrs, timeout: timeout}
+	for _, addr := range addrs {
+		cc, err := grpc.NewClient(addr,
+			grpc.WithTransportCredentials(insecure.NewCredentials()),
+			clusterauth.Credentials(secret),
+		)
+		if err != nil {
+			_ = p.Close()
+			return nil, fmt.Errorf("logicclient: dial %s: %w", addr, err)
+		}
+		p.conns = append(p.conns, cc)
+		p.clients = append(p.clients, logicv1.NewInternalClient(cc))
+	}
+	return p, nil
+}
+
+// AppendMailbox records events through the first logic that answers,
+// within the pool's timeout. A logic that refuses the connection fails
+// fast (no WaitForReady), so the next one is tried at once; a hanging one
+// gets only its share of what is left of the budget. A try that timed out
+// after logic committed makes the next try record the events twice; that
+// is harmless (a MISSED_MESSAGE event only tells the device to sync).
+func (p *Pool) AppendMailbox(ctx context.Context, events []*logicv1.MailboxEvent) (*logicv1.AppendMailboxReply, error) {
+	deadline := time.Now().Add(p.timeout)
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	req := &logicv1.AppendMailboxRequest{Events: events}
+	start := int(p.next.Add(1))
+	var errs []error
+	for i := range p.clients {
+		k := (start + i) % len(p.clients)
+		share := time.Until(deadline) / time.Duration(len(p.clients)-i)
+		actx, acancel := context.WithTimeout(ctx, share)
+		reply, err := p.clients[k].AppendMailbox(actx, req)
+		acancel()
+		if err == nil {
+			return reply, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", p.addrs[k], err))
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("logicclient: append mailbox: %w", errors.Join(errs...))
+}
+
+// Close closes every client connection.
+func (p *Pool) Close() error {
+	var errs []error
+	for i, cc := range p.conns {
+		if err := cc.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("logicclient: close %s: %w", p.addrs[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
