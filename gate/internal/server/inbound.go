@@ -321,3 +321,19 @@ func (s *Server) onBusy(_ context.Context, p *pendingReq) {
 	}
 	s.busy(c, frame.Header{Command: p.command, RequestID: p.key.req, SequenceID: p.key.seq})
 }
+
+// rangeBindings implements responder: every authenticated connection with
+// its session, for a Rebind after logic lost the route table. Table.Range
+// calls fn outside its locks, so a slow fn never stalls accepts or pushes.
+func (s *Server) rangeBindings(fn func(*logicv1.Binding) bool) {
+	s.table.Range(func(c *Conn) bool {
+		if !c.Authenticated() {
+			return true
+		}
+		sess := c.Session()
+		if sess == nil {
+			return true
+		}
+		return fn(&logicv1.Binding{ConnId: c.id, Session: sess})
+	})
+}

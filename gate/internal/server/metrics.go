@@ -21,6 +21,10 @@ type Metrics struct {
 	LateResponses    atomic.Uint64
 	ClosedDropped    atomic.Uint64
 	StreamsUp        atomic.Int64
+	// Resyncs counts Resync requests from logic; RebindsSent the bindings
+	// reported in answer.
+	Resyncs     atomic.Uint64
+	RebindsSent atomic.Uint64
 
 	// ForwardLatency measures Request sent → Response received.
 	ForwardLatency prometheus.Histogram
@@ -57,6 +61,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		counter("push_acks_total", "PUSH_ACK frames received.", &m.PushAcks),
 		counter("late_responses_total", "Responses from logic that arrived after their request was answered.", &m.LateResponses),
 		counter("closed_dropped_total", "Closed notifications that could not be queued to logic.", &m.ClosedDropped),
+		counter("resyncs_total", "Resync requests received from logic.", &m.Resyncs),
+		counter("rebind_bindings_total", "Bindings re-reported to logic in Rebind frames.", &m.RebindsSent),
 	)
 	return m
 }

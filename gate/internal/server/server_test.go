@@ -56,6 +56,44 @@ type fakeLogic struct {
 	connOf   map[string]uint64 // device id → conn id
 	requests []*logicv1.Request
 	closed   chan *logicv1.Closed
+	// streams are the open Connect streams in arrival order.
+	streams []*fakeStream
+	// rebinds receives every Rebind with the index of its stream.
+	rebinds chan streamRebind
+}
+
+// fakeStream serialises sends on one server stream: the Connect loop's
+// answers and a test's Resync.
+type fakeStream struct {
+	mu sync.Mutex
+	ss logicv1.Gateway_ConnectServer
+}
+
+func (fs *fakeStream) send(f *logicv1.LogicFrame) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.ss.Send(f)
+}
+
+type streamRebind struct {
+	stream int
+	rebind *logicv1.Rebind
+}
+
+func newFakeLogic() *fakeLogic {
+	return &fakeLogic{ids: envelope.NewIDSource(), connOf: map[string]uint64{}, closed: make(chan *logicv1.Closed, 64),
+		rebinds: make(chan streamRebind, 1024)}
+}
+
+// resync sends Resync on the i-th stream.
+func (f *fakeLogic) resync(t *testing.T, i int) {
+	t.Helper()
+	f.mu.Lock()
+	fs := f.streams[i]
+	f.mu.Unlock()
+	if err := fs.send(&logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Resync{Resync: &logicv1.Resync{}}}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (f *fakeLogic) Connect(ss logicv1.Gateway_ConnectServer) error {
@@ -66,8 +104,11 @@ func (f *fakeLogic) Connect(ss logicv1.Gateway_ConnectServer) error {
 	if first.GetHello() == nil {
 		return status.Error(codes.InvalidArgument, "first frame must be Hello")
 	}
+	fs := &fakeStream{ss: ss}
 	f.mu.Lock()
 	f.hellos = append(f.hellos, first.GetHello())
+	f.streams = append(f.streams, fs)
+	idx := len(f.streams) - 1
 	f.mu.Unlock()
 	for {
 		in, err := ss.Recv()
@@ -76,6 +117,10 @@ func (f *fakeLogic) Connect(ss logicv1.Gateway_ConnectServer) error {
 		}
 		if c := in.GetClosed(); c != nil {
 			f.closed <- c
+			continue
+		}
+		if rb := in.GetRebind(); rb != nil {
+			f.rebinds <- streamRebind{stream: idx, rebind: rb}
 			continue
 		}
 		req := in.GetRequest()
@@ -110,7 +155,7 @@ func (f *fakeLogic) Connect(ss logicv1.Gateway_ConnectServer) error {
 			}
 			resp.Body = envelope.OK(f.ids.Next(), req.Body)
 		}
-		if err := ss.Send(&logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Response{Response: resp}}); err != nil {
+		if err := fs.send(&logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Response{Response: resp}}); err != nil {
 			return err
 		}
 	}
@@ -144,7 +189,7 @@ func startLogic(t *testing.T) (*fakeLogic, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &fakeLogic{ids: envelope.NewIDSource(), connOf: map[string]uint64{}, closed: make(chan *logicv1.Closed, 64)}
+	fl := newFakeLogic()
 	gs := grpc.NewServer(clusterauth.NewGuard(testSecret).ServerOptions()...)
 	logicv1.RegisterGatewayServer(gs, fl)
 	go func() { _ = gs.Serve(ln) }()
@@ -486,7 +531,7 @@ func TestBusyWhenLogicDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fl := &fakeLogic{ids: envelope.NewIDSource(), connOf: map[string]uint64{}, closed: make(chan *logicv1.Closed, 64)}
+	fl := newFakeLogic()
 	gs := grpc.NewServer(clusterauth.NewGuard(testSecret).ServerOptions()...)
 	logicv1.RegisterGatewayServer(gs, fl)
 	go func() { _ = gs.Serve(ln) }()

@@ -23,12 +23,18 @@ import (
 // notifications, which are not requests and so not bounded by in-flight.
 const closedReserve = 1024
 
+// RebindBatch is the most bindings one Rebind frame carries.
+const RebindBatch = 500
+
 // responder is what the upstream calls back into the server with.
 type responder interface {
 	// onResponse handles logic's answer to p.
 	onResponse(ctx context.Context, resp *logicv1.Response, p *pendingReq)
 	// onBusy answers p with 50301 because logic will not answer it.
 	onBusy(ctx context.Context, p *pendingReq)
+	// rangeBindings calls fn for every authenticated connection until fn
+	// returns false. It must not block on anything but fn.
+	rangeBindings(fn func(*logicv1.Binding) bool)
 }
 
 // UpstreamConfig configures the streams to logic.
@@ -371,8 +377,14 @@ func (st *stream) session(ctx context.Context, wasUp *bool) error {
 	if err := cs.Send(hello); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
+	// Rebind frames have their own unbuffered channel, so a resync of many
+	// connections waits for the send loop instead of filling sendq, whose
+	// room belongs to requests and Closed notifications.
+	resync := make(chan struct{}, 1)
+	rebindq := make(chan *logicv1.GateFrame)
 	recvErr := make(chan error, 1)
-	go func() { recvErr <- st.recvLoop(sctx, cs) }()
+	go func() { recvErr <- st.recvLoop(sctx, cs, resync) }()
+	go st.rebindLoop(sctx, resync, rebindq)
 
 	*wasUp = true
 	st.up.Store(true)
@@ -388,6 +400,10 @@ func (st *stream) session(ctx context.Context, wasUp *bool) error {
 		case f := <-st.sendq:
 			if err := cs.Send(f); err != nil {
 				return fmt.Errorf("send: %w", err)
+			}
+		case f := <-rebindq:
+			if err := cs.Send(f); err != nil {
+				return fmt.Errorf("send rebind: %w", err)
 			}
 		case <-st.u.draining:
 			return st.finish(cs, recvErr)
@@ -420,11 +436,21 @@ func (st *stream) finish(cs grpc.BidiStreamingClient[logicv1.GateFrame, logicv1.
 	}
 }
 
-func (st *stream) recvLoop(ctx context.Context, cs grpc.BidiStreamingClient[logicv1.GateFrame, logicv1.LogicFrame]) error {
+// recvLoop hands logic's answers to the server. A Resync only sets a flag
+// for rebindLoop, so the answers behind it are never held up.
+func (st *stream) recvLoop(ctx context.Context, cs grpc.BidiStreamingClient[logicv1.GateFrame, logicv1.LogicFrame], resync chan<- struct{}) error {
 	for {
 		f, err := cs.Recv()
 		if err != nil {
 			return err
+		}
+		if f.GetResync() != nil {
+			st.u.metrics.Resyncs.Add(1)
+			select {
+			case resync <- struct{}{}:
+			default: // a pass is already due; it will report everything
+			}
+			continue
 		}
 		resp := f.GetResponse()
 		if resp == nil {
@@ -439,4 +465,58 @@ func (st *stream) recvLoop(ctx context.Context, cs grpc.BidiStreamingClient[logi
 		st.u.metrics.ForwardLatency.Observe(time.Since(p.sent).Seconds())
 		st.u.handler.onResponse(ctx, resp, p)
 	}
+}
+
+// rebindLoop runs one pass over the authenticated connections per Resync
+// request (requests arriving during a pass are coalesced into one more
+// pass, which covers connections bound since), until the session ends.
+func (st *stream) rebindLoop(ctx context.Context, resync <-chan struct{}, out chan<- *logicv1.GateFrame) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-resync:
+		}
+		n, ok := st.rebind(ctx, out)
+		if !ok {
+			st.log().Info("resync abandoned: stream ended", zap.Int("bindings_sent", n))
+			return
+		}
+		st.log().Info("resync done", zap.Int("bindings", n))
+	}
+}
+
+// rebind sends Rebind frames of at most RebindBatch bindings for every
+// authenticated connection, waiting for the send loop to take each. It
+// reports how many bindings it sent and false when the stream ended first.
+func (st *stream) rebind(ctx context.Context, out chan<- *logicv1.GateFrame) (int, bool) {
+	sent := 0
+	batch := make([]*logicv1.Binding, 0, RebindBatch)
+	flush := func() bool {
+		if len(batch) == 0 {
+			return true
+		}
+		f := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Rebind{Rebind: &logicv1.Rebind{Bindings: batch}}}
+		select {
+		case out <- f:
+		case <-ctx.Done():
+			return false
+		}
+		sent += len(batch)
+		st.u.metrics.RebindsSent.Add(uint64(len(batch)))
+		batch = make([]*logicv1.Binding, 0, RebindBatch)
+		return true
+	}
+	ok := true
+	st.u.handler.rangeBindings(func(b *logicv1.Binding) bool {
+		batch = append(batch, b)
+		if len(batch) == RebindBatch {
+			ok = flush()
+		}
+		return ok
+	})
+	if ok {
+		ok = flush()
+	}
+	return sent, ok
 }
