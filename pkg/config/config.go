@@ -107,6 +107,9 @@ type Logic struct {
 	// SEND_MESSAGE: SendRate sends a second, bursts of up to SendBurst.
 	SendRate  float64 `mapstructure:"send_rate"`
 	SendBurst int     `mapstructure:"send_burst"`
+	// RecallWindow is how long after sending the sender may recall a
+	// message.
+	RecallWindow time.Duration `mapstructure:"recall_window"`
 }
 
 // Deliver configures a deliver process.
@@ -167,6 +170,7 @@ var defaults = map[string]any{
 	"logic.enqueue_retries":      3,
 	"logic.send_rate":            100.0,
 	"logic.send_burst":           400,
+	"logic.recall_window":        2 * time.Minute,
 	"deliver.id":                 "deliver-1",
 	"deliver.admin_addr":         "127.0.0.1:9040",
 	"deliver.redis.addr":         "127.0.0.1:6379",

@@ -20,10 +20,13 @@ const (
 	CmdSyncMessagesDone uint16 = 13
 	CmdKick             uint16 = 14
 	CmdDeleteMessage    uint16 = 15
+	// CmdConversationSettings (ours): mute / pin a conversation; also
+	// pushed to the user's other devices.
+	CmdConversationSettings uint16 = 16
 )
 
 // MaxKnownCommand is the highest command number the server understands.
-const MaxKnownCommand = CmdDeleteMessage
+const MaxKnownCommand = CmdConversationSettings
 
 // Conversation types.
 const (
@@ -35,4 +38,13 @@ const (
 const (
 	StatusNormal   = 1
 	StatusRecalled = 2
+)
+
+// Mailbox event types (t_mailbox_events.event_type).
+const (
+	EventRecall        = 1
+	EventKick          = 2
+	EventMembership    = 3
+	EventFriend        = 4
+	EventMissedMessage = 5
 )

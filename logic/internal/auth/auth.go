@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -50,25 +51,36 @@ type Conn struct {
 	ConnID uint64
 }
 
+// Mailbox records mailbox events (a *mailbox.Service).
+type Mailbox interface {
+	Append(ctx context.Context, events []store.MailboxEvent) ([]int64, error)
+}
+
 // Service authenticates connections.
 type Service struct {
-	store  *store.Store
-	rdb    redis.Scripter
-	secret []byte
-	kicker Kicker
-	log    *zap.Logger
-	now    func() time.Time
+	store   *store.Store
+	rdb     redis.Cmdable
+	secret  []byte
+	kicker  Kicker
+	mailbox Mailbox
+	log     *zap.Logger
+	now     func() time.Time
 
 	kicks sync.WaitGroup
 }
 
 // New returns a Service verifying tokens with secret.
-func New(st *store.Store, rdb redis.Scripter, secret []byte, kicker Kicker, log *zap.Logger) *Service {
+func New(st *store.Store, rdb redis.Cmdable, secret []byte, kicker Kicker, log *zap.Logger) *Service {
 	if log == nil {
 		log = zap.NewNop()
 	}
 	return &Service{store: st, rdb: rdb, secret: secret, kicker: kicker, log: log, now: time.Now}
 }
+
+// RecordKicks makes AUTH append a KICK mailbox event (device = the kicked
+// device) whenever it replaces another connection, so the kicked device
+// learns why even when the KICK push did not reach it.
+func (s *Service) RecordKicks(mb Mailbox) { s.mailbox = mb }
 
 // Auth handles an AUTH body on conn. On success it returns the session to
 // bind and the reply; errors are *errcode.Error (40101 means the gate
@@ -109,8 +121,8 @@ func (s *Service) Auth(ctx context.Context, conn Conn, body []byte) (*logicv1.Se
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, nil, errcode.Wrap(errcode.Busy, "", err)
 	}
-	if old != "" {
-		s.kickOld(old, conn, claims.UserID, req.DeviceID)
+	if old != "" && s.kickOld(old, conn, claims.UserID, req.DeviceID) {
+		s.recordKick(ctx, claims.UserID, req.DeviceID)
 	}
 	sess := &logicv1.Session{UserId: claims.UserID, DeviceId: req.DeviceID, Platform: req.Platform, AppVersion: req.AppVersion, SinceMs: since}
 	return sess, &protocol.AuthReply{UserID: jsonid.ID(claims.UserID), DeviceID: req.DeviceID, ServerTime: since}, nil
@@ -128,19 +140,32 @@ func (s *Service) user(ctx context.Context, uid int64, now time.Time) (store.Use
 	return u, err
 }
 
+// recordKick appends the KICK mailbox event of a replaced connection; a
+// failure is logged (the KICK push is the main path), never fatal.
+func (s *Service) recordKick(ctx context.Context, uid int64, device string) {
+	if s.mailbox == nil {
+		return
+	}
+	p, _ := json.Marshal(protocol.KickPayload{Reason: KickReason})
+	if _, err := s.mailbox.Append(ctx, []store.MailboxEvent{{UserID: uid, DeviceID: device, EventType: protocol.EventKick, Payload: p}}); err != nil {
+		s.log.Warn("kick mailbox event failed", zap.Int64("user_id", uid), zap.String("device_id", device), zap.Error(err))
+	}
+}
+
 // kickOld kicks the connection an old route value names, unless it is conn
-// itself. It runs in the background: a failure is logged, never fatal.
-func (s *Service) kickOld(old string, conn Conn, uid int64, device string) {
+// itself, and reports whether it names another connection. The kick runs
+// in the background: a failure is logged, never fatal.
+func (s *Service) kickOld(old string, conn Conn, uid int64, device string) bool {
 	e, err := route.Parse(old)
 	if err != nil {
 		s.log.Warn("malformed route value replaced", zap.Int64("user_id", uid), zap.String("device_id", device), zap.Error(err))
-		return
+		return false
 	}
 	if e.GateID == conn.GateID && e.ConnID == conn.ConnID {
-		return
+		return false
 	}
 	if s.kicker == nil {
-		return
+		return true
 	}
 	s.kicks.Add(1)
 	go func() {
@@ -153,6 +178,7 @@ func (s *Service) kickOld(old string, conn Conn, uid int64, device string) {
 				zap.String("gate_id", e.GateID), zap.Uint64("conn_id", e.ConnID))
 		}
 	}()
+	return true
 }
 
 // Closed drops the route of a closed connection, only if it still names
@@ -173,4 +199,32 @@ func (s *Service) Wait(ctx context.Context) {
 	case <-done:
 	case <-ctx.Done():
 	}
+}
+
+// Rebind restores the routes of connections a gate re-reported after
+// Resync (Redis lost the route table): HSETNX, so a route written by a
+// newer AUTH is never overwritten. It returns how many it restored.
+func (s *Service) Rebind(ctx context.Context, gateID string, bindings []*logicv1.Binding) (int, error) {
+	var cmds []*redis.BoolCmd
+	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, b := range bindings {
+			sess := b.GetSession()
+			if sess.GetUserId() <= 0 || !protocol.ValidDeviceID(sess.GetDeviceId()) {
+				continue
+			}
+			v := route.Entry{GateID: gateID, ConnID: b.GetConnId(), SinceMs: sess.GetSinceMs()}.String()
+			cmds = append(cmds, p.HSetNX(ctx, rediskey.Route(sess.GetUserId()), sess.GetDeviceId(), v))
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("auth: rebind: %w", err)
+	}
+	n := 0
+	for _, c := range cmds {
+		if c.Val() {
+			n++
+		}
+	}
+	return n, nil
 }

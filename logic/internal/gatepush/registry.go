@@ -25,13 +25,20 @@ const (
 // ErrUnknownGate is returned for a gate with no registry entry.
 var ErrUnknownGate = errors.New("gatepush: unknown gate")
 
-// Registry keeps im:gate:{id} alive for the gates with open streams.
+// Registry keeps im:gate:{id} alive for the gates with open streams, and
+// notices when Redis lost it (docs/internals.md "Route table after a Redis
+// flush"): the refresh finds the key gone and asks the gate, on one of its
+// streams, to re-report its connections.
 type Registry struct {
 	rdb redis.UniversalClient
 	log *zap.Logger
+	// Refresh is the refresh interval (default GateRefresh); set it before
+	// the first Attach.
+	Refresh time.Duration
 
-	mu    sync.Mutex
-	gates map[string]*gate
+	mu     sync.Mutex
+	gates  map[string]*gate
+	nextID uint64
 }
 
 type gate struct {
@@ -39,6 +46,8 @@ type gate struct {
 	startedAt int64
 	refs      int
 	stop      chan struct{}
+	// resync holds the Resync senders of the gate's attached streams.
+	resync map[uint64]func()
 }
 
 // NewRegistry returns a Registry.
@@ -46,24 +55,33 @@ func NewRegistry(rdb redis.UniversalClient, log *zap.Logger) *Registry {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Registry{rdb: rdb, log: log, gates: map[string]*gate{}}
+	return &Registry{rdb: rdb, log: log, Refresh: GateRefresh, gates: map[string]*gate{}}
 }
 
 // Attach records a stream from gateID (its Hello) and returns the function
 // that detaches it. The entry is written at once and refreshed every
-// GateRefresh while at least one stream from the gate is attached.
-func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string) (detach func()) {
+// Refresh while at least one stream from the gate is attached. resync (may
+// be nil) sends Resync on this stream; it must not block for long.
+func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string, resync func()) (detach func()) {
 	r.mu.Lock()
 	g, ok := r.gates[gateID]
 	if !ok {
-		g = &gate{addr: pushAddr, startedAt: time.Now().UnixMilli(), stop: make(chan struct{})}
+		g = &gate{addr: pushAddr, startedAt: time.Now().UnixMilli(), stop: make(chan struct{}), resync: map[uint64]func(){}}
 		r.gates[gateID] = g
 		go r.refresh(gateID, g)
 	}
 	g.refs++
 	g.addr = pushAddr
+	r.nextID++
+	sid := r.nextID
+	if resync != nil {
+		g.resync[sid] = resync
+	}
 	r.mu.Unlock()
-	if err := r.write(ctx, gateID, pushAddr, g.startedAt); err != nil {
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err := r.renew(wctx, gateID, pushAddr, g.startedAt)
+	cancel()
+	if err != nil {
 		r.log.Warn("gate registry write failed", zap.String("gate_id", gateID), zap.Error(err))
 	}
 	var once sync.Once
@@ -71,6 +89,7 @@ func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string) (detach 
 		once.Do(func() {
 			r.mu.Lock()
 			defer r.mu.Unlock()
+			delete(g.resync, sid)
 			g.refs--
 			if g.refs == 0 {
 				close(g.stop)
@@ -81,7 +100,11 @@ func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string) (detach 
 }
 
 func (r *Registry) refresh(gateID string, g *gate) {
-	t := time.NewTicker(GateRefresh)
+	every := r.Refresh
+	if every <= 0 {
+		every = GateRefresh
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		select {
@@ -93,23 +116,50 @@ func (r *Registry) refresh(gateID string, g *gate) {
 		addr := g.addr
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		if err := r.write(ctx, gateID, addr, g.startedAt); err != nil {
-			r.log.Warn("gate registry refresh failed", zap.String("gate_id", gateID), zap.Error(err))
-		}
+		existed, err := r.renew(ctx, gateID, addr, g.startedAt)
 		cancel()
+		if err != nil {
+			r.log.Warn("gate registry refresh failed", zap.String("gate_id", gateID), zap.Error(err))
+			continue
+		}
+		if !existed {
+			r.resyncGate(gateID, g)
+		}
 	}
 }
 
-func (r *Registry) write(ctx context.Context, gateID, addr string, startedAt int64) error {
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
+// resyncGate asks one stream of the gate to re-report its connections:
+// Redis lost the gate's key, so it may have lost the route table too.
+func (r *Registry) resyncGate(gateID string, g *gate) {
+	r.mu.Lock()
+	var send func()
+	for _, f := range g.resync {
+		send = f
+		break
+	}
+	r.mu.Unlock()
+	if send == nil {
+		return
+	}
+	r.log.Warn("gate registry entry was gone (Redis lost data?); asking the gate to rebind its connections", zap.String("gate_id", gateID))
+	send()
+}
+
+// renew refreshes the entry and reports whether it still existed (EXPIRE
+// answered 1) before this refresh rewrote it.
+func (r *Registry) renew(ctx context.Context, gateID, addr string, startedAt int64) (bool, error) {
 	key := rediskey.Gate(gateID)
+	var probe *redis.BoolCmd
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		probe = p.Expire(ctx, key, GateTTL)
 		p.HSet(ctx, key, "push_addr", addr, "started_at", strconv.FormatInt(startedAt, 10))
 		p.Expire(ctx, key, GateTTL)
 		return nil
 	})
-	return err
+	if err != nil {
+		return false, err
+	}
+	return probe.Val(), nil
 }
 
 // PushAddr returns the Push address of a gate: from an attached stream's

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/pkg/envelope"
@@ -29,8 +30,10 @@ const DefaultRequestTimeout = 8 * time.Second
 // Handler answers the requests of authenticated and unauthenticated
 // connections.
 type Handler struct {
-	Auth    *auth.Service
-	Send    *message.Service
+	Auth *auth.Service
+	Send *message.Service
+	// Inbox answers SYNC_INBOX and SYNC_MESSAGES.
+	Inbox   *inbox.Service
 	IDs     message.IDs
 	Log     *zap.Logger
 	Metrics *metrics.Metrics
@@ -114,8 +117,46 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 				resp.Command = uint32(protocol.CmdSendAck)
 			}
 		}
-	case cmd >= uint32(protocol.CmdReadMessage) && cmd <= uint32(protocol.MaxKnownCommand):
-		err = errcode.New(errcode.InvalidArgument, "not implemented yet")
+	case cmd == uint32(protocol.CmdSyncInbox) || cmd == uint32(protocol.CmdSyncMessages):
+		var (
+			reply any
+			more  bool
+		)
+		u := inbox.User{UserID: sess.UserId, DeviceID: sess.DeviceId}
+		last, next := protocol.CmdSyncInboxFinish, protocol.CmdSyncInbox
+		if cmd == uint32(protocol.CmdSyncInbox) {
+			reply, more, err = h.Inbox.SyncInbox(ctx, u, req.Body)
+		} else {
+			last, next = protocol.CmdSyncMessagesDone, protocol.CmdSyncMessages
+			reply, more, err = h.Inbox.SyncMessages(ctx, u, req.Body)
+		}
+		if err == nil {
+			if data, err = json.Marshal(reply); err == nil {
+				resp.Command = uint32(last)
+				if more {
+					resp.Command = uint32(next)
+				}
+			}
+		}
+	case cmd == uint32(protocol.CmdReadMessage), cmd == uint32(protocol.CmdRecallMessage),
+		cmd == uint32(protocol.CmdDeleteMessage), cmd == uint32(protocol.CmdConversationSettings):
+		from := message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}
+		var reply any
+		switch uint16(cmd) {
+		case protocol.CmdReadMessage:
+			reply, err = h.Send.Read(ctx, from, req.Body)
+		case protocol.CmdRecallMessage:
+			reply, err = h.Send.Recall(ctx, from, req.Body)
+		case protocol.CmdDeleteMessage:
+			reply, err = h.Send.Delete(ctx, from, req.Body)
+		default:
+			reply, err = h.Send.Settings(ctx, from, req.Body)
+		}
+		if err == nil {
+			data, err = json.Marshal(reply)
+		}
+	case cmd >= uint32(protocol.CmdSendAck) && cmd <= uint32(protocol.MaxKnownCommand):
+		err = errcode.New(errcode.InvalidArgument, "not a request command")
 	default:
 		err = errcode.New(errcode.InvalidArgument, "unknown command")
 	}
@@ -187,4 +228,17 @@ func (h *Handler) Closed(ctx context.Context, gateID string, c *logicv1.Closed) 
 		h.Log.Warn("route delete failed", zap.Uint64("conn_id", c.ConnId), zap.String("gate_id", gateID),
 			zap.Int64("user_id", c.Session.GetUserId()), zap.String("device_id", c.Session.GetDeviceId()), zap.Error(err))
 	}
+}
+
+// Rebind restores the routes a gate re-reported after Resync.
+func (h *Handler) Rebind(ctx context.Context, gateID string, bindings []*logicv1.Binding) {
+	h.init()
+	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
+	defer cancel()
+	n, err := h.Auth.Rebind(ctx, gateID, bindings)
+	if err != nil {
+		h.Log.Warn("rebind failed", zap.String("gate_id", gateID), zap.Int("bindings", len(bindings)), zap.Error(err))
+		return
+	}
+	h.Log.Info("routes rebound", zap.String("gate_id", gateID), zap.Int("bindings", len(bindings)), zap.Int("restored", n))
 }

@@ -78,15 +78,23 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 	defer s.streams.done()
 	s.h.Metrics.Streams.Inc()
 	defer s.h.Metrics.Streams.Dec()
-	detach := s.reg.Attach(stream.Context(), gateID, hello.PushAddr)
-	defer detach()
 	log := s.log.With(zap.String("gate_id", gateID))
-	log.Info("gate stream opened", zap.String("push_addr", hello.PushAddr))
-	defer log.Info("gate stream closed")
-
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	out := make(chan *logicv1.LogicFrame, outboundBuffer)
+	resync := func() {
+		select {
+		case out <- &logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Resync{Resync: &logicv1.Resync{}}}:
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+			log.Warn("resync not sent: stream backlog full")
+		}
+	}
+	detach := s.reg.Attach(stream.Context(), gateID, hello.PushAddr, resync)
+	defer detach()
+	log.Info("gate stream opened", zap.String("push_addr", hello.PushAddr))
+	defer log.Info("gate stream closed")
+
 	flush := make(chan struct{})
 	sent := make(chan struct{})
 	go s.sendLoop(ctx, cancel, stream, out, flush, sent)
@@ -126,6 +134,13 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 					defer inflight.done()
 					s.h.Closed(s.base, gateID, c)
 				})
+			case *logicv1.GateFrame_Rebind:
+				bindings := k.Rebind.GetBindings()
+				inflight.add()
+				go func() {
+					defer inflight.done()
+					s.h.Rebind(s.base, gateID, bindings)
+				}()
 			case *logicv1.GateFrame_Hello:
 				log.Warn("repeated Hello ignored")
 			}

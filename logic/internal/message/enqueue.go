@@ -50,12 +50,24 @@ func Job(row store.Message, pair store.P2P, now time.Time) (*queuev1.DeliverJob,
 	}, nil
 }
 
-// enqueue XADDs the job with bounded retries; 50301 when all fail.
+// enqueue XADDs the job of a committed message with bounded retries;
+// 50301 when all fail.
 func (s *Service) enqueue(ctx context.Context, row store.Message, pair store.P2P) error {
 	job, err := Job(row, pair, time.Now())
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, "", err)
 	}
+	if err := s.enqueueJob(ctx, job); err != nil {
+		s.metrics.EnqueueFailures.Inc()
+		s.log.Warn("enqueue failed; no SEND_ACK", zap.Int64("user_id", row.SenderID), zap.Int64("conversation_id", row.ConversationID),
+			zap.Int64("msg_id", row.ID), zap.Error(err))
+		return busy("enqueue", err)
+	}
+	return nil
+}
+
+// enqueueJob XADDs a job with bounded retries (logic.enqueue_retries).
+func (s *Service) enqueueJob(ctx context.Context, job *queuev1.DeliverJob) error {
 	var last error
 attempts:
 	for attempt := 0; attempt < s.cfg.EnqueueRetries; attempt++ {
@@ -84,8 +96,5 @@ attempts:
 		}
 		s.metrics.EnqueueAttemptFailures.Inc()
 	}
-	s.metrics.EnqueueFailures.Inc()
-	s.log.Warn("enqueue failed; no SEND_ACK", zap.Int64("user_id", row.SenderID), zap.Int64("conversation_id", row.ConversationID),
-		zap.Int64("msg_id", row.ID), zap.Error(last))
-	return busy("enqueue", last)
+	return last
 }

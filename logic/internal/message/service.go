@@ -1,6 +1,8 @@
 // Package message is the send path (DESIGN.md §6 Send and Order): rate
 // limit, idempotency lookup, permission checks, the ordered commit, the
-// deliver-queue enqueue, and the SEND_ACK.
+// deliver-queue enqueue, and the SEND_ACK; and the changes to sent
+// messages and memberships: READ, RECALL, DELETE and conversation settings
+// (commit to MySQL, invalidate the list entries, push a SIGNAL job).
 package message
 
 import (
@@ -33,7 +35,13 @@ type Config struct {
 	// disables it.
 	SendRate  float64
 	SendBurst int
+	// RecallWindow is how long after sending the sender may recall a
+	// message (logic.recall_window); ≤ 0 means DefaultRecallWindow.
+	RecallWindow time.Duration
 }
+
+// DefaultRecallWindow is logic.recall_window's default.
+const DefaultRecallWindow = 2 * time.Minute
 
 // Service sends messages.
 type Service struct {
@@ -57,6 +65,9 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 	}
 	if cfg.Partitions < 1 {
 		cfg.Partitions = 1
+	}
+	if cfg.RecallWindow <= 0 {
+		cfg.RecallWindow = DefaultRecallWindow
 	}
 	if log == nil {
 		log = zap.NewNop()

@@ -35,7 +35,7 @@ func (r *readiness) set(reason error) {
 	if reason != nil {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
-	for _, svc := range []string{"", "logic.v1.Gateway", "logic.v1.Api"} {
+	for _, svc := range []string{"", "logic.v1.Gateway", "logic.v1.Api", "logic.v1.Internal"} {
 		r.health.SetServingStatus(svc, st)
 	}
 }

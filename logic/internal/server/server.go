@@ -22,7 +22,9 @@ import (
 	"github.com/sparkim/spark/logic/internal/auth"
 	"github.com/sparkim/spark/logic/internal/gatepush"
 	"github.com/sparkim/spark/logic/internal/gateway"
+	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/lease"
+	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
@@ -134,12 +136,15 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	gates := gatepush.NewRegistry(rdb, log)
 	clients := gatepush.NewClients(cfg.Cluster.Secret)
 	defer clients.Close()
+	mb := mailbox.New(st, gen)
 	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
+	authSvc.RecordKicks(mb)
 	sendSvc := message.New(st, rdb, gen, message.Config{
 		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
-		SendRate: lc.SendRate, SendBurst: lc.SendBurst,
+		SendRate: lc.SendRate, SendBurst: lc.SendBurst, RecallWindow: lc.RecallWindow,
 	}, log, m)
-	gw := gateway.NewServer(base, &gateway.Handler{Auth: authSvc, Send: sendSvc, IDs: gen, Log: log, Metrics: m}, gates, log)
+	inboxSvc := inbox.New(st, rdb, mb, log)
+	gw := gateway.NewServer(base, &gateway.Handler{Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: gen, Log: log, Metrics: m}, gates, log)
 
 	guard := clusterauth.NewGuard(cfg.Cluster.Secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix, api.Prefix)
 	keys := api.NewKeyGuard(lc.APIKeys)
@@ -151,6 +156,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	)
 	logicv1.RegisterGatewayServer(gs, gw)
 	logicv1.RegisterApiServer(gs, api.New(st, []byte(lc.JWTSecret), lc.TokenTTL, log))
+	logicv1.RegisterInternalServer(gs, mailbox.NewInternal(mb, log))
 	healthpb.RegisterHealthServer(gs, rd.health)
 	reflection.Register(gs)
 

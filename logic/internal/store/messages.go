@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/jmoiron/sqlx"
 )
 
 // Message is a t_messages row.
@@ -105,4 +108,152 @@ func (s *Store) InsertMessage(ctx context.Context, m NewMessage, choose ChooseID
 		return Message{}, err
 	}
 	return row, nil
+}
+
+// MessageRecalled is t_messages.status of a recalled message.
+const MessageRecalled = 2
+
+// Errors of RecallMessage.
+var (
+	// ErrNotSender: only the sender may recall a message.
+	ErrNotSender = errors.New("store: not the sender")
+	// ErrRecallWindow: the recall window has passed.
+	ErrRecallWindow = errors.New("store: recall window passed")
+)
+
+// GetMessage reads a message by id; conversationID, when non-zero, must
+// match. ErrNotFound when there is no such message.
+func (s *Store) GetMessage(ctx context.Context, msgID, conversationID int64) (Message, error) {
+	q, args := "SELECT "+messageColumns+" FROM t_messages WHERE id = ?", []any{msgID}
+	if conversationID != 0 {
+		q, args = q+" AND conversation_id = ?", append(args, conversationID)
+	}
+	var m Message
+	err := s.db.GetContext(ctx, &m, q, args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Message{}, ErrNotFound
+	}
+	return m, err
+}
+
+// MessagesBefore returns up to limit messages of a conversation with id <=
+// upTo, newest first (the preview scan of the cold path).
+func (s *Store) MessagesBefore(ctx context.Context, conversationID, upTo int64, limit int) ([]Message, error) {
+	var out []Message
+	err := s.db.SelectContext(ctx, &out, "SELECT "+messageColumns+" FROM t_messages WHERE conversation_id = ? AND id <= ? ORDER BY id DESC LIMIT ?",
+		conversationID, upTo, limit)
+	return out, err
+}
+
+// CountUnread counts the normal messages of a conversation with after < id
+// <= upTo not sent by userID (deletions not subtracted).
+func (s *Store) CountUnread(ctx context.Context, conversationID, userID, after, upTo int64) (int64, error) {
+	var n int64
+	err := s.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM t_messages
+WHERE conversation_id = ? AND id > ? AND id <= ? AND sender_id <> ? AND status = ?`,
+		conversationID, after, upTo, userID, MessageNormal)
+	return n, err
+}
+
+// CountUnreadAmong counts which of ids in a conversation are normal
+// messages not sent by userID.
+func (s *Store) CountUnreadAmong(ctx context.Context, conversationID, userID int64, ids []int64) (int64, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	q, args, err := sqlx.In("SELECT COUNT(*) FROM t_messages WHERE conversation_id = ? AND id IN (?) AND sender_id <> ? AND status = ?",
+		conversationID, ids, userID, MessageNormal)
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	err = s.db.GetContext(ctx, &n, q, args...)
+	return n, err
+}
+
+// Recall is the outcome of RecallMessage.
+type Recall struct {
+	Message Message
+	// Members are the conversation's members (the participants to reach).
+	Members []int64
+	// Already is true when the message was recalled before (nothing
+	// written this time).
+	Already bool
+}
+
+// RecallMessage recalls msgID as userID: in one transaction it locks the
+// message, checks the sender (ErrNotSender) and the window (ErrRecallWindow;
+// window ≤ 0 means no limit), sets status recalled and appends one mailbox
+// event per member built by event. ids must give at least one id per member
+// (the event row ids). A message recalled before is reported with Already
+// and nothing is written.
+func (s *Store) RecallMessage(ctx context.Context, msgID, conversationID, userID int64, window time.Duration, now time.Time,
+	ids func(n int) ([]int64, error), event func(member int64, m Message) MailboxEvent) (Recall, error) {
+	var err error
+	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+		var r Recall
+		r, err = s.recallOnce(ctx, msgID, conversationID, userID, window, now, ids, event)
+		if err == nil || !IsRetryable(err) {
+			return r, err
+		}
+		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+			return Recall{}, err
+		}
+	}
+	return Recall{}, fmt.Errorf("store: recall: %w", err)
+}
+
+func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID int64, window time.Duration, now time.Time,
+	ids func(n int) ([]int64, error), event func(member int64, m Message) MailboxEvent) (Recall, error) {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return Recall{}, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	q, args := "SELECT "+messageColumns+" FROM t_messages WHERE id = ?", []any{msgID}
+	if conversationID != 0 {
+		q, args = q+" AND conversation_id = ?", append(args, conversationID)
+	}
+	var m Message
+	err = tx.GetContext(ctx, &m, q+" FOR UPDATE", args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Recall{}, ErrNotFound
+	}
+	if err != nil {
+		return Recall{}, err
+	}
+	if m.SenderID != userID {
+		return Recall{}, ErrNotSender
+	}
+	var members []int64
+	if err := tx.SelectContext(ctx, &members, "SELECT user_id FROM t_conversation_members WHERE conversation_id = ? ORDER BY user_id", m.ConversationID); err != nil {
+		return Recall{}, err
+	}
+	r := Recall{Message: m, Members: members}
+	if m.Status == MessageRecalled {
+		r.Already = true
+		return r, nil
+	}
+	if window > 0 && now.Sub(m.CreatedAt) > window {
+		return Recall{}, ErrRecallWindow
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET status = ? WHERE id = ?", MessageRecalled, m.ID); err != nil {
+		return Recall{}, err
+	}
+	evIDs, err := ids(len(members))
+	if err != nil {
+		return Recall{}, err
+	}
+	events := make([]MailboxEvent, len(members))
+	for i, u := range members {
+		events[i] = event(u, m)
+	}
+	if _, err := AppendMailboxTx(ctx, tx, events, evIDs[:len(members)]); err != nil {
+		return Recall{}, err
+	}
+	if err := tx.Commit(); err != nil {
+		return Recall{}, err
+	}
+	r.Message.Status = MessageRecalled
+	return r, nil
 }

@@ -1,0 +1,273 @@
+// Package inbox answers SYNC_INBOX (10/11) and SYNC_MESSAGES (12/13): the
+// user's conversation list from pkg/dialog in Redis with its exact change
+// cursor, the cold rebuild of missing entries from MySQL, the mailbox
+// events, and message history pages (docs/internals.md "Conversation
+// lists, unread and sync").
+package inbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/sparkim/spark/logic/internal/mailbox"
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/dialog"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+)
+
+// Page sizes (docs/internals.md).
+const (
+	DefaultInboxLimit    = 100
+	DefaultMessagesLimit = 50
+	MaxLimit             = 200
+)
+
+// Service answers the sync commands.
+type Service struct {
+	store   *store.Store
+	rdb     redis.Cmdable
+	mailbox *mailbox.Service
+	log     *zap.Logger
+}
+
+// New returns a Service.
+func New(st *store.Store, rdb redis.Cmdable, mb *mailbox.Service, log *zap.Logger) *Service {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &Service{store: st, rdb: rdb, mailbox: mb, log: log}
+}
+
+// User is the authenticated device asking.
+type User struct {
+	UserID   int64
+	DeviceID string
+}
+
+// limit applies a page size's default and clamp; a negative one is 40001.
+func limit(n, def int) (int, error) {
+	switch {
+	case n < 0:
+		return 0, errcode.New(errcode.InvalidArgument, "limit must not be negative")
+	case n == 0:
+		return def, nil
+	case n > MaxLimit:
+		return MaxLimit, nil
+	}
+	return n, nil
+}
+
+func busy(what string, err error) error {
+	return errcode.Wrap(errcode.Busy, "", fmt.Errorf("%s: %w", what, err))
+}
+
+// newEpoch names a freshly built list: unique enough that a cursor of an
+// earlier build (before a Redis flush) never matches it.
+func newEpoch() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return strconv.FormatInt(time.Now().UnixMilli(), 36) + hex.EncodeToString(b[:])
+}
+
+// SyncInbox answers one SYNC_INBOX request. more reports whether another
+// page follows (answer command 10; 11 when false).
+func (s *Service) SyncInbox(ctx context.Context, u User, body []byte) (reply *protocol.SyncInboxReply, more bool, err error) {
+	var req protocol.SyncInboxRequest
+	if len(body) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			return nil, false, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body", err)
+		}
+	}
+	cur, err := dialog.ParseCursor(string(req.DialogCursor))
+	if err != nil {
+		return nil, false, errcode.Wrap(errcode.InvalidArgument, "malformed dialog_cursor", err)
+	}
+	if req.MailboxSeq < 0 {
+		return nil, false, errcode.New(errcode.InvalidArgument, "malformed mailbox_seq")
+	}
+	n, err := limit(req.Limit, DefaultInboxLimit)
+	if err != nil {
+		return nil, false, err
+	}
+
+	epoch, err := s.ensureList(ctx, u.UserID)
+	if err != nil {
+		return nil, false, err
+	}
+	from := cur.From(epoch)
+	changes, err := dialog.Changes(ctx, s.rdb, u.UserID, from, n+1)
+	if err != nil {
+		return nil, false, busy("dialog changes", err)
+	}
+	moreConvs := len(changes) > n
+	if moreConvs {
+		changes = changes[:n]
+	}
+	reply = &protocol.SyncInboxReply{Conversations: make([]protocol.Conversation, 0, len(changes)), Events: []protocol.MailboxEvent{}}
+	last := from
+	for _, ch := range changes {
+		last = ch.Version
+		st, ok, err := s.state(ctx, u.UserID, ch)
+		if err != nil {
+			return nil, false, err
+		}
+		if ok {
+			reply.Conversations = append(reply.Conversations, conversation(ch.ConversationID, st))
+		}
+	}
+	reply.DialogCursor = dialog.Cursor{Epoch: epoch, Version: last}.String()
+
+	events, moreEvents, err := s.mailbox.Since(ctx, u.UserID, u.DeviceID, req.MailboxSeq.Int64(), n)
+	if err != nil {
+		return nil, false, busy("mailbox", err)
+	}
+	reply.Events = events
+	reply.MailboxSeq = req.MailboxSeq
+	if len(events) > 0 {
+		reply.MailboxSeq = events[len(events)-1].Seq
+	}
+	return reply, moreConvs || moreEvents, nil
+}
+
+// ensureList returns the epoch of the user's list, building it from the
+// memberships in MySQL when it is not built (first use, or Redis lost it).
+func (s *Service) ensureList(ctx context.Context, uid int64) (string, error) {
+	epoch, err := dialog.Epoch(ctx, s.rdb, uid)
+	if err != nil {
+		return "", busy("dialog epoch", err)
+	}
+	if epoch != "" {
+		return epoch, nil
+	}
+	cids, err := s.store.Memberships(ctx, uid)
+	if err != nil {
+		return "", busy("memberships", err)
+	}
+	epoch, err = dialog.EnsureMembers(ctx, s.rdb, uid, newEpoch(), cids)
+	if err != nil {
+		return "", busy("dialog build", err)
+	}
+	s.log.Info("conversation list rebuilt", zap.Int64("user_id", uid), zap.Int("conversations", len(cids)), zap.String("epoch", epoch))
+	return epoch, nil
+}
+
+// state returns the user's state of a changed conversation: from Redis,
+// or computed from MySQL and written back when absent. The write is
+// refused when the conversation changed meanwhile; the state computed is
+// still answered (it is at least as new as the change being paged) and
+// the newer change brings the conversation back in a later page. ok is
+// false when the user is no longer a member.
+func (s *Service) state(ctx context.Context, uid int64, ch dialog.Change) (dialog.State, bool, error) {
+	st, ok, err := dialog.Load(ctx, s.rdb, uid, ch.ConversationID)
+	if err != nil {
+		return dialog.State{}, false, busy("dialog state", err)
+	}
+	if ok {
+		return st, true, nil
+	}
+	st, ok, err = s.ColdState(ctx, uid, ch.ConversationID)
+	if err != nil {
+		return dialog.State{}, false, busy("cold state", err)
+	}
+	if !ok {
+		return dialog.State{}, false, nil
+	}
+	if _, err := dialog.WriteCold(ctx, s.rdb, uid, ch.ConversationID, strconv.FormatInt(ch.Version, 10), st); err != nil {
+		return dialog.State{}, false, busy("dialog write", err)
+	}
+	return st, true, nil
+}
+
+func conversation(cid int64, st dialog.State) protocol.Conversation {
+	c := protocol.Conversation{
+		ConversationID: jsonid.ID(cid), ConversationType: st.Type, LastMsgID: jsonid.ID(st.LastMsgID),
+		LastMsgAt: st.LastMsgAt, Unread: st.Unread, Muted: st.Muted, Pinned: st.Pinned,
+	}
+	if st.Type == protocol.ConversationGroup {
+		c.GroupID = jsonid.ID(st.GroupID)
+	} else {
+		c.PeerID = jsonid.ID(st.PeerID)
+	}
+	if p := st.Preview; p != nil {
+		mid, _ := strconv.ParseInt(p.MsgID, 10, 64)
+		sid, _ := strconv.ParseInt(p.SenderID, 10, 64)
+		c.Preview = &protocol.Preview{MsgID: jsonid.ID(mid), MessageType: p.MessageType, Text: p.Text, SenderID: jsonid.ID(sid), Recalled: p.Recalled}
+	}
+	return c
+}
+
+// SyncMessages answers one SYNC_MESSAGES request. more reports whether
+// another page follows (answer command 12; 13 when false).
+func (s *Service) SyncMessages(ctx context.Context, u User, body []byte) (reply *protocol.SyncMessagesReply, more bool, err error) {
+	var req protocol.SyncMessagesRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, false, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body (ids are integers)", err)
+	}
+	cid := req.ConversationID.Int64()
+	if cid <= 0 {
+		return nil, false, errcode.New(errcode.InvalidArgument, "conversation_id is required")
+	}
+	if req.LastMsgID < 0 {
+		return nil, false, errcode.New(errcode.InvalidArgument, "last_msg_id must not be negative")
+	}
+	n, err := limit(req.Limit, DefaultMessagesLimit)
+	if err != nil {
+		return nil, false, err
+	}
+	if _, err := s.store.GetMember(ctx, cid, u.UserID); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, false, errcode.New(errcode.Forbidden, "not a member of the conversation")
+		}
+		return nil, false, busy("member", err)
+	}
+	ctype, err := s.store.ConversationType(ctx, cid)
+	if err != nil {
+		return nil, false, busy("conversation type", err)
+	}
+	rows, err := s.store.MessagesAfter(ctx, cid, req.LastMsgID.Int64(), n+1)
+	if err != nil {
+		return nil, false, busy("messages", err)
+	}
+	more = len(rows) > n
+	if more {
+		rows = rows[:n]
+	}
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	deleted, err := s.store.DeletedAmong(ctx, u.UserID, ids)
+	if err != nil {
+		return nil, false, busy("deletions", err)
+	}
+	reply = &protocol.SyncMessagesReply{ConversationID: req.ConversationID, Messages: make([]protocol.Message, 0, len(rows)), NextMsgID: req.LastMsgID}
+	for _, r := range rows {
+		reply.NextMsgID = jsonid.ID(r.ID)
+		if deleted[r.ID] {
+			continue
+		}
+		m := protocol.Message{
+			MsgID: jsonid.ID(r.ID), ConversationID: jsonid.ID(r.ConversationID), ConversationType: ctype,
+			SenderID: jsonid.ID(r.SenderID), ClientMsgID: r.ClientMsgID, MessageType: r.MessageType,
+			CreatedAt: r.CreatedAt.UnixMilli(), Status: protocol.StatusNormal,
+		}
+		if r.Status == store.MessageNormal {
+			m.Content = json.RawMessage(r.Content)
+		} else {
+			m.Status = protocol.StatusRecalled
+		}
+		reply.Messages = append(reply.Messages, m)
+	}
+	return reply, more, nil
+}

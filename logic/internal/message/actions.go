@@ -1,0 +1,238 @@
+package message
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/sparkim/spark/logic/internal/mailbox"
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/dialog"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
+)
+
+// decode reads a request body; a malformed one (or an id that is not an
+// integer) is 40001.
+func decode(body []byte, v any) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return errcode.Wrap(errcode.InvalidArgument, "invalid JSON body (ids are integers)", err)
+	}
+	return nil
+}
+
+// member checks that the user is a member of the conversation: 40301
+// otherwise (an unknown conversation too: nothing about it is revealed).
+func (s *Service) member(ctx context.Context, cid, uid int64) (store.Member, error) {
+	m, err := s.store.GetMember(ctx, cid, uid)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Member{}, errcode.New(errcode.Forbidden, "not a member of the conversation")
+	}
+	if err != nil {
+		return store.Member{}, busy("member", err)
+	}
+	return m, nil
+}
+
+// invalidate drops the list entries of (users, cid) so the next sync
+// recomputes them from MySQL. A failure is 50301: the change is committed
+// and the client's retry invalidates again.
+func (s *Service) invalidate(ctx context.Context, cid int64, users ...int64) error {
+	for _, u := range users {
+		if err := dialog.Invalidate(ctx, s.rdb, u, cid); err != nil {
+			return busy("invalidate", err)
+		}
+	}
+	return nil
+}
+
+// signal queues a push-only SIGNAL job: data pushed as command to every
+// device of recipients except the acting device. It is a realtime hint
+// (the list entries are already invalidated, so every device converges by
+// sync), so a failure is logged, not answered.
+func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64, ctype int, msgID int64, recipients []int64, data any) {
+	push, err := json.Marshal(data)
+	if err == nil {
+		err = s.enqueueJob(ctx, &queuev1.DeliverJob{
+			Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(cmd), MsgId: msgID, ConversationId: cid,
+			ConversationType: int32(ctype), SenderId: from.UserID, SenderDevice: from.DeviceID,
+			Recipients: recipients, PushData: push, CreatedAtMs: time.Now().UnixMilli(),
+		})
+	}
+	if err != nil {
+		s.metrics.EnqueueFailures.Inc()
+		s.log.Warn("signal enqueue failed", zap.Uint16("command", cmd), zap.Int64("user_id", from.UserID),
+			zap.String("device_id", from.DeviceID), zap.Int64("conversation_id", cid), zap.Int64("msg_id", msgID), zap.Error(err))
+	}
+}
+
+// Read handles READ_MESSAGE (8): last_read_msg_id moves forward only,
+// clamped to the conversation's last_msg_id; the answer carries the
+// effective value.
+func (s *Service) Read(ctx context.Context, from Sender, body []byte) (*protocol.ReadReply, error) {
+	var req protocol.ReadRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	cid := req.ConversationID.Int64()
+	mid := req.MsgID.Int64()
+	if mid <= 0 {
+		mid = req.LastMsgID.Int64()
+	}
+	if cid <= 0 || mid <= 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "conversation_id and msg_id are required")
+	}
+	if _, err := s.member(ctx, cid, from.UserID); err != nil {
+		return nil, err
+	}
+	conv, err := s.store.GetConversation(ctx, cid)
+	if err != nil {
+		return nil, busy("conversation", err)
+	}
+	// Never past the newest message: a bogus id would hide every later one
+	// from unread.
+	mid = min(mid, conv.LastMsgID)
+	eff, moved, err := s.store.AdvanceRead(ctx, cid, from.UserID, mid)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errcode.New(errcode.Forbidden, "not a member of the conversation")
+	}
+	if err != nil {
+		return nil, busy("read", err)
+	}
+	reply := &protocol.ReadReply{ConversationID: jsonid.ID(cid), MsgID: jsonid.ID(eff)}
+	if !moved {
+		// Nothing changed in MySQL; repair a list entry that missed an
+		// earlier invalidation (a retry after a Redis failure), else done.
+		st, ok, err := dialog.Load(ctx, s.rdb, from.UserID, cid)
+		if err != nil {
+			return nil, busy("dialog state", err)
+		}
+		if !ok || st.LastRead >= eff {
+			return reply, nil
+		}
+	}
+	if err := s.invalidate(ctx, cid, from.UserID); err != nil {
+		return nil, err
+	}
+	s.signal(ctx, from, protocol.CmdReadMessage, cid, conv.Type, eff, []int64{from.UserID}, reply)
+	return reply, nil
+}
+
+// Recall handles RECALL_MESSAGE (9): the sender, within the recall window,
+// marks the message recalled and every participant gets a RECALL mailbox
+// event in the same transaction; then their list entries are invalidated
+// and a SIGNAL pushes 9 to their devices. Recalling twice answers the same.
+func (s *Service) Recall(ctx context.Context, from Sender, body []byte) (*protocol.MessageRef, error) {
+	var req protocol.MessageRef
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.MsgID <= 0 || req.ConversationID < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
+	}
+	r, err := s.store.RecallMessage(ctx, req.MsgID.Int64(), req.ConversationID.Int64(), from.UserID, s.cfg.RecallWindow, time.Now(),
+		func(n int) ([]int64, error) { return mailbox.NewIDs(ctx, s.ids, n) },
+		func(member int64, m store.Message) store.MailboxEvent {
+			p, _ := json.Marshal(protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)})
+			return store.MailboxEvent{UserID: member, EventType: protocol.EventRecall, ConversationID: m.ConversationID, MsgID: m.ID, Payload: p}
+		})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, errcode.New(errcode.NotFound, "message not found")
+	case errors.Is(err, store.ErrNotSender):
+		return nil, errcode.New(errcode.Forbidden, "only the sender may recall")
+	case errors.Is(err, store.ErrRecallWindow):
+		return nil, errcode.New(errcode.Forbidden, "recall window has passed")
+	case err != nil:
+		return nil, busy("recall", err)
+	}
+	cid := r.Message.ConversationID
+	reply := &protocol.MessageRef{MsgID: jsonid.ID(r.Message.ID), ConversationID: jsonid.ID(cid)}
+	if err := s.invalidate(ctx, cid, r.Members...); err != nil {
+		return nil, err
+	}
+	ctype, err := s.store.ConversationType(ctx, cid)
+	if err != nil {
+		ctype = 0 // only informative in the job
+	}
+	s.signal(ctx, from, protocol.CmdRecallMessage, cid, ctype, r.Message.ID, r.Members, reply)
+	s.log.Debug("message recalled", zap.Int64("user_id", from.UserID), zap.Int64("conversation_id", cid),
+		zap.Int64("msg_id", r.Message.ID), zap.Bool("again", r.Already))
+	return reply, nil
+}
+
+// Delete handles DELETE_MESSAGE (15): delete for me, on all my devices.
+func (s *Service) Delete(ctx context.Context, from Sender, body []byte) (*protocol.MessageRef, error) {
+	var req protocol.MessageRef
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	if req.MsgID <= 0 || req.ConversationID < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
+	}
+	m, err := s.store.GetMessage(ctx, req.MsgID.Int64(), req.ConversationID.Int64())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errcode.New(errcode.NotFound, "message not found")
+	}
+	if err != nil {
+		return nil, busy("message", err)
+	}
+	if _, err := s.member(ctx, m.ConversationID, from.UserID); err != nil {
+		return nil, err
+	}
+	if err := s.store.DeleteForUser(ctx, from.UserID, m.ConversationID, m.ID); err != nil {
+		return nil, busy("delete", err)
+	}
+	if err := s.invalidate(ctx, m.ConversationID, from.UserID); err != nil {
+		return nil, err
+	}
+	reply := &protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)}
+	ctype, err := s.store.ConversationType(ctx, m.ConversationID)
+	if err != nil {
+		ctype = 0
+	}
+	s.signal(ctx, from, protocol.CmdDeleteMessage, m.ConversationID, ctype, m.ID, []int64{from.UserID}, reply)
+	return reply, nil
+}
+
+// Settings handles CONVERSATION_SETTINGS (16): mute / pin flags of the
+// user's membership (absent = unchanged); the answer carries both flags.
+func (s *Service) Settings(ctx context.Context, from Sender, body []byte) (*protocol.SettingsReply, error) {
+	var req protocol.SettingsRequest
+	if err := decode(body, &req); err != nil {
+		return nil, err
+	}
+	cid := req.ConversationID.Int64()
+	if cid <= 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "conversation_id is required")
+	}
+	if _, err := s.member(ctx, cid, from.UserID); err != nil {
+		return nil, err
+	}
+	m, err := s.store.UpdateSettings(ctx, cid, from.UserID, req.Muted, req.Pinned)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errcode.New(errcode.Forbidden, "not a member of the conversation")
+	}
+	if err != nil {
+		return nil, busy("settings", err)
+	}
+	reply := &protocol.SettingsReply{ConversationID: jsonid.ID(cid), Muted: m.Muted, Pinned: m.Pinned}
+	if req.Muted == nil && req.Pinned == nil {
+		return reply, nil
+	}
+	if err := s.invalidate(ctx, cid, from.UserID); err != nil {
+		return nil, err
+	}
+	ctype, err := s.store.ConversationType(ctx, cid)
+	if err != nil {
+		ctype = 0
+	}
+	s.signal(ctx, from, protocol.CmdConversationSettings, cid, ctype, 0, []int64{from.UserID}, reply)
+	return reply, nil
+}
+
