@@ -130,7 +130,8 @@ deliver:
 	}
 	for i := 0; i < o.Delivers; i++ {
 		d := &DeliverProc{ID: fmt.Sprintf("deliver-%d", i+1), AdminAddr: port()}
-		env := append(append([]string{"IM_DELIVER_ID=" + d.ID, "IM_DELIVER_ADMIN_ADDR=" + d.AdminAddr}, o.Env...), o.DeliverEnv...)
+		env := append(append([]string{"IM_DELIVER_ID=" + d.ID, "IM_DELIVER_ADMIN_ADDR=" + d.AdminAddr,
+			"IM_DELIVER_LOGIC_ADDRS=" + strings.Join(logicAddrs, ",")}, o.Env...), o.DeliverEnv...)
 		d.Process = NewProcess(t, d.ID, bins.Deliver, []string{"-config", c.Config}, env)
 		c.Delivers = append(c.Delivers, d)
 	}
