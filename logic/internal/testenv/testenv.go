@@ -112,3 +112,18 @@ func RandomUserID() int64 {
 	n, _ := rand.Int(rand.Reader, big.NewInt(1<<50))
 	return n.Int64() + 1
 }
+
+// RedisDB returns a client on Redis DB index db, for tests that want a DB
+// distinct from the random ones (they still must use random ids).
+func RedisDB(t testing.TB, db int) *redis.Client {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: env("SPARK_TEST_REDIS_ADDR", DefaultRedisAddr), DB: db})
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		rdb.Close()
+		t.Skipf("Redis unreachable (set SPARK_TEST_REDIS_ADDR): %v", err)
+	}
+	t.Cleanup(func() { rdb.Close() })
+	return rdb
+}
