@@ -11,6 +11,8 @@ import (
 	"github.com/sparkim/spark/logic/internal/auth"
 	"github.com/sparkim/spark/logic/internal/gatepush"
 	"github.com/sparkim/spark/logic/internal/gateway"
+	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
@@ -43,8 +45,11 @@ func newEnv(t *testing.T, machine int) *env {
 	clients := gatepush.NewClients(clusterSecret)
 	t.Cleanup(clients.Close)
 	a := auth.New(st, rdb, secret, gatepush.NewKicker(reg, clients, time.Second, nil, nil), nil)
+	mb := mailbox.New(st, gen)
+	a.RecordKicks(mb)
 	send := message.New(st, rdb, gen, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 2, Partitions: 16}, nil, nil)
-	return &env{st: st, rdb: rdb, reg: reg, handler: &gateway.Handler{Auth: a, Send: send, IDs: gen}}
+	in := inbox.New(st, rdb, mb, nil)
+	return &env{st: st, rdb: rdb, reg: reg, handler: &gateway.Handler{Auth: a, Send: send, Inbox: in, IDs: gen}}
 }
 
 func mint(t *testing.T, key []byte, uid int64, did string, ttl time.Duration, now time.Time) string {

@@ -235,4 +235,3 @@ func (s *Service) Settings(ctx context.Context, from Sender, body []byte) (*prot
 	s.signal(ctx, from, protocol.CmdConversationSettings, cid, ctype, 0, []int64{from.UserID}, reply)
 	return reply, nil
 }
-
