@@ -3,10 +3,10 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-MODULES := pkg proto migrations gate logic deliver client tests
+MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli
 
-.PHONY: all build build-failpoints run test unit e2e fuzz vet proto clean services
+.PHONY: all build build-failpoints run test unit e2e fuzz vet proto clean services bench bench-long
 
 all: build
 
@@ -45,6 +45,18 @@ fuzz:
 
 proto:
 	proto/gen.sh
+
+# Benchmarks (never part of `make test`): the real binaries under load from
+# bench/cmd/imbench, report in bench/results/<timestamp>/ and
+# bench/results/latest.md. `bench` is the short profile (a few minutes);
+# `bench-long` the sizes the targets are stated at.
+bench: services build
+	$(GO) build -o $(BIN)/imbench ./bench/cmd/imbench
+	source .run/services.env && $(BIN)/imbench -profile short
+
+bench-long: services build
+	$(GO) build -o $(BIN)/imbench ./bench/cmd/imbench
+	source .run/services.env && $(BIN)/imbench -profile long
 
 clean:
 	rm -rf $(BIN)

@@ -1,0 +1,5 @@
+package scenario
+
+import "os"
+
+func selfPID() int { return os.Getpid() }
