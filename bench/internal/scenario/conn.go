@@ -302,7 +302,7 @@ func (Conn) Run(ctx context.Context, e *Env) (*Result, error) {
 	for off := 0; off < len(users); off += p.ConnPerWorker {
 		end := min(off+p.ConnPerWorker, len(users))
 		w, err := e.startWorker(ctx, ConnJob{Gates: gates, Locals: locals, Users: users[off:end], Offset: off,
-			Conc: max(1, p.ConnectWorkers/ max(1, (len(users)+p.ConnPerWorker-1)/p.ConnPerWorker)), HBInterval: p.HBInterval, HBDuration: p.HBDuration})
+			Conc: max(1, p.ConnectWorkers/max(1, (len(users)+p.ConnPerWorker-1)/p.ConnPerWorker)), HBInterval: p.HBInterval, HBDuration: p.HBDuration})
 		if err != nil {
 			return res, err
 		}
