@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"github.com/sparkim/spark/pkg/jsonid"
@@ -11,56 +10,32 @@ import (
 
 // CmdConversationSettings (16) changes a conversation's muted and pinned
 // flags for the caller; it is this server's extension of the Spark commands.
-const CmdConversationSettings uint16 = 16
+const CmdConversationSettings = protocol.CmdConversationSettings
 
-// Preview is the short form of a conversation's newest message.
-type Preview struct {
-	MsgID       jsonid.ID `json:"msg_id"`
-	MessageType int       `json:"message_type"`
-	Text        string    `json:"text"`
-	SenderID    jsonid.ID `json:"sender_id"`
-	Recalled    bool      `json:"recalled,omitempty"`
-}
-
-// Conversation is one entry of the conversation list.
-type Conversation struct {
-	ConversationID   jsonid.ID `json:"conversation_id"`
-	ConversationType int       `json:"conversation_type"`
-	PeerID           jsonid.ID `json:"peer_id,omitempty"`
-	GroupID          jsonid.ID `json:"group_id,omitempty"`
-	LastMsgID        jsonid.ID `json:"last_msg_id"`
-	LastMsgAt        int64     `json:"last_msg_at"`
-	Unread           int64     `json:"unread"`
-	Muted            bool      `json:"muted"`
-	Pinned           bool      `json:"pinned"`
-	Preview          *Preview  `json:"preview,omitempty"`
-}
-
-// MailboxEvent is an event sync cannot rebuild (recall, kick, membership,
-// friend, missed message).
-type MailboxEvent struct {
-	Seq            jsonid.ID       `json:"seq"`
-	EventType      int             `json:"event_type"`
-	ConversationID jsonid.ID       `json:"conversation_id"`
-	MsgID          jsonid.ID       `json:"msg_id"`
-	Payload        json.RawMessage `json:"payload"`
-}
+// The sync types are the protocol's; the aliases keep callers short.
+type (
+	// Preview is the short form of a conversation's newest message.
+	Preview = protocol.Preview
+	// Conversation is one entry of the conversation list.
+	Conversation = protocol.Conversation
+	// MailboxEvent is an event sync cannot rebuild.
+	MailboxEvent = protocol.MailboxEvent
+	// ReadReply is the answer to READ_MESSAGE.
+	ReadReply = protocol.ReadReply
+)
 
 // Mailbox event types.
 const (
-	EventRecall        = 1
-	EventKick          = 2
-	EventMembership    = 3
-	EventFriend        = 4
-	EventMissedMessage = 5
+	EventRecall        = protocol.EventRecall
+	EventKick          = protocol.EventKick
+	EventMembership    = protocol.EventMembership
+	EventFriend        = protocol.EventFriend
+	EventMissedMessage = protocol.EventMissedMessage
 )
 
 // InboxPage is one answer to SYNC_INBOX.
 type InboxPage struct {
-	Conversations []Conversation `json:"conversations"`
-	Events        []MailboxEvent `json:"events"`
-	DialogCursor  string         `json:"dialog_cursor"`
-	MailboxSeq    jsonid.ID      `json:"mailbox_seq"`
+	protocol.SyncInboxReply
 	// Last is true when the answer came as SYNC_INBOX_FINISH (11).
 	Last bool `json:"-"`
 }
@@ -115,9 +90,7 @@ func (c *Conn) SyncInbox(ctx context.Context, dialogCursor, mailboxSeq string, l
 
 // MessagesPage is one answer to SYNC_MESSAGES.
 type MessagesPage struct {
-	ConversationID jsonid.ID          `json:"conversation_id"`
-	Messages       []protocol.Message `json:"messages"`
-	NextMsgID      jsonid.ID          `json:"next_msg_id"`
+	protocol.SyncMessagesReply
 	// Last is true when the answer came as SYNC_MESSAGES_FINISH (13).
 	Last bool `json:"-"`
 }
@@ -165,12 +138,6 @@ func (c *Conn) SyncMessages(ctx context.Context, conversationID, lastMsgID int64
 			return out, lastMsgID, nil
 		}
 	}
-}
-
-// ReadReply is the answer to READ_MESSAGE.
-type ReadReply struct {
-	ConversationID jsonid.ID `json:"conversation_id"`
-	MsgID          jsonid.ID `json:"msg_id"`
 }
 
 // Read marks a conversation read up to msgID.
