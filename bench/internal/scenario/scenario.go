@@ -48,7 +48,7 @@ type Profile struct {
 	P2PUsers    int           `json:"p2p_users"`
 	P2PRate     int           `json:"p2p_rate"`
 	P2PDuration time.Duration `json:"p2p_duration"`
-	P2PWindow   int           `json:"p2p_window"` // in-flight sends per user
+	P2PWindow   int           `json:"p2p_window"` // in-flight sends per user: a person waits for the ack; a deeper window only queues past gate.request_timeout
 	Grace       time.Duration `json:"grace"`
 	// reconnect
 	ReconnectN int `json:"reconnect_n"`
@@ -70,10 +70,10 @@ func Profiles() map[string]Profile {
 			P2PUsers: 40, P2PRate: 300, P2PDuration: 5 * time.Second, P2PWindow: 16, Grace: 10 * time.Second,
 			ReconnectN: 200, StallConns: 200, StallDuration: 9 * time.Second, SyncMessages: 200, SyncConvs: 5, CeilingDuration: 3 * time.Second},
 		"short": {Name: "short", ConnN: 10000, ConnPerWorker: 5000, HBInterval: 5 * time.Second, HBDuration: 10 * time.Second, ConnectWorkers: 128,
-			P2PUsers: 200, P2PRate: 3000, P2PDuration: 60 * time.Second, P2PWindow: 32, Grace: 15 * time.Second,
+			P2PUsers: 200, P2PRate: 3000, P2PDuration: 60 * time.Second, P2PWindow: 2, Grace: 15 * time.Second,
 			ReconnectN: 2000, StallConns: 1000, StallDuration: 20 * time.Second, SyncMessages: 2000, SyncConvs: 20, CeilingDuration: 15 * time.Second},
 		"long": {Name: "long", ConnN: 50000, ConnPerWorker: 15000, HBInterval: 10 * time.Second, HBDuration: 30 * time.Second, ConnectWorkers: 128,
-			P2PUsers: 1000, P2PRate: 5000, P2PDuration: 5 * time.Minute, P2PWindow: 32, Grace: 30 * time.Second,
+			P2PUsers: 1000, P2PRate: 5000, P2PDuration: 5 * time.Minute, P2PWindow: 2, Grace: 30 * time.Second,
 			ReconnectN: 10000, StallConns: 2000, StallDuration: 30 * time.Second, SyncMessages: 10000, SyncConvs: 50, CeilingDuration: 30 * time.Second},
 	}
 }
