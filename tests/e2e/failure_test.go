@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/tests/framework"
@@ -153,6 +154,24 @@ func TestSameDeviceKick(t *testing.T) {
 	}
 	if m, err := nextMessage(other, 10*time.Second); err != nil || m.MsgID != ack.MsgID {
 		t.Fatalf("tablet: %+v %v", m, err)
+	}
+	// The kick is in the phone's mailbox (device-scoped), for a device that
+	// was offline when it happened.
+	page, err := fresh.SyncInbox(ctx, "0", "0", 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kicks := 0
+	for _, e := range page.Events {
+		if e.EventType == client.EventKick {
+			kicks++
+		}
+	}
+	if kicks != 1 {
+		t.Fatalf("phone mailbox has %d KICK events, want 1: %+v", kicks, page.Events)
+	}
+	if page, err := other.SyncInbox(ctx, "0", "0", 50); err != nil || len(page.Events) != 0 {
+		t.Fatalf("tablet mailbox: %+v %v, want no events", page.Events, err)
 	}
 	// The route of the phone names the new connection on gate-2.
 	r := c.Redis.Client()
