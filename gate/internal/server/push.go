@@ -35,6 +35,35 @@ func (p *pushService) Push(ctx context.Context, req *gatev1.PushRequest) (*gatev
 	if err != nil {
 		return nil, err
 	}
+	return p.pushItem(ctx, cmd, req)
+}
+
+// PushBatch applies its items in order, each exactly like Push, so frames
+// reach one connection in item order. Every command is checked before any
+// frame is queued: a bad item rejects the whole batch untouched rather
+// than leaving the caller to guess which items went out.
+func (p *pushService) PushBatch(ctx context.Context, req *gatev1.PushBatchRequest) (*gatev1.PushBatchReply, error) {
+	cmds := make([]uint16, len(req.Items))
+	for i, it := range req.Items {
+		cmd, err := checkCommand(it.GetCommand())
+		if err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "item %d: %v", i, status.Convert(err).Message())
+		}
+		cmds[i] = cmd
+	}
+	reply := &gatev1.PushBatchReply{Replies: make([]*gatev1.PushReply, len(req.Items))}
+	for i, it := range req.Items {
+		r, err := p.pushItem(ctx, cmds[i], it)
+		if err != nil {
+			return nil, err
+		}
+		reply.Replies[i] = r
+	}
+	return reply, nil
+}
+
+// pushItem queues one push's body to each of its targets.
+func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.PushRequest) (*gatev1.PushReply, error) {
 	reply := &gatev1.PushReply{}
 	for _, t := range req.Targets {
 		if err := ctx.Err(); err != nil {

@@ -761,3 +761,84 @@ func TestSlowReaderDropsThenCloses(t *testing.T) {
 		t.Fatalf("stats %v %v", st, err)
 	}
 }
+
+func TestPushBatch(t *testing.T) {
+	fl, addr := startLogic(t)
+	cfg := testGateConfig(addr)
+	cfg.OutboundQueue = 8
+	s := startGate(t, cfg)
+	pc := pushClient(t, s)
+	fast := dial(t, s)
+	fast.auth(31, "dev-fast")
+	slow := dial(t, s)
+	_ = slow.nc.(*net.TCPConn).SetReadBuffer(4096)
+	slow.auth(32, "dev-slow")
+	ft := &gatev1.Target{ConnId: fl.connID(t, "dev-fast"), UserId: 31, DeviceId: "dev-fast"}
+	st := &gatev1.Target{ConnId: fl.connID(t, "dev-slow"), UserId: 32, DeviceId: "dev-slow"}
+	gone := &gatev1.Target{ConnId: ft.ConnId + 1000, UserId: 33, DeviceId: "x"}
+	ctx, cancel := context.WithTimeout(context.Background(), safety)
+	defer cancel()
+
+	// Items 0-5 go to a reading client (and one unknown connection); items
+	// 6-69 carry big bodies to a client that never reads, so its queue of 8
+	// fills and later items are dropped.
+	var items []*gatev1.PushRequest
+	for i := 0; i < 6; i++ {
+		items = append(items, &gatev1.PushRequest{Targets: []*gatev1.Target{ft, gone}, Command: uint32(protocol.CmdMessage),
+			Body: envelope.OK("AAAAAAAAAAA", []byte(`{"n":`+strconv.Itoa(i)+`}`))})
+	}
+	big := envelope.OK("AAAAAAAAAAA", []byte(`{"pad":"`+strings.Repeat("p", 60<<10)+`"}`))
+	for i := 0; i < 64; i++ {
+		items = append(items, &gatev1.PushRequest{Targets: []*gatev1.Target{st}, Command: uint32(protocol.CmdMessage), Body: big})
+	}
+	r, err := pc.PushBatch(ctx, &gatev1.PushBatchRequest{Items: items})
+	if err != nil || len(r.Replies) != len(items) {
+		t.Fatalf("push batch: %v %v", r, err)
+	}
+	for i := 0; i < 6; i++ {
+		rp := r.Replies[i]
+		if rp.Delivered != 1 || len(rp.Dropped) != 0 || len(rp.Missing) != 1 || rp.Missing[0].ConnId != gone.ConnId {
+			t.Fatalf("reply %d: %v", i, rp)
+		}
+	}
+	var last uint32
+	for i := 0; i < 6; i++ {
+		a := fast.read()
+		if a.Command != protocol.CmdMessage || a.RequestID != 0 || a.SequenceID <= last || string(a.env.Data) != `{"n":`+strconv.Itoa(i)+`}` {
+			t.Fatalf("frame %d: %+v data %s after seq %d (items must be applied in order)", i, a.Header, a.env.Data, last)
+		}
+		last = a.SequenceID
+	}
+	if rp := r.Replies[6]; rp.Delivered != 1 {
+		t.Fatalf("first slow item %v, want delivered", rp)
+	}
+	dropped := 0
+	for i := 6; i < len(items); i++ {
+		rp := r.Replies[i]
+		if int(rp.Delivered)+len(rp.Dropped) != 1 || len(rp.Missing) != 0 {
+			t.Fatalf("reply %d: %v", i, rp)
+		}
+		if len(rp.Dropped) == 1 && rp.Dropped[0].ConnId != st.ConnId {
+			t.Fatalf("reply %d dropped %v", i, rp.Dropped[0])
+		}
+		dropped += len(rp.Dropped)
+	}
+	if dropped == 0 {
+		t.Fatal("no item reported dropped although the queue was full")
+	}
+
+	// A bad command anywhere rejects the batch before anything is queued.
+	_, err = pc.PushBatch(ctx, &gatev1.PushBatchRequest{Items: []*gatev1.PushRequest{
+		{Targets: []*gatev1.Target{ft}, Command: uint32(protocol.CmdMessage), Body: items[0].Body},
+		{Targets: []*gatev1.Target{ft}, Command: 0x10000, Body: items[0].Body},
+	}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad command: %v", err)
+	}
+	if r, err := pc.Push(ctx, &gatev1.PushRequest{Targets: []*gatev1.Target{ft}, Command: 16, Body: items[0].Body}); err != nil || r.Delivered != 1 {
+		t.Fatalf("push after rejected batch: %v %v", r, err)
+	}
+	if a := fast.read(); a.Command != 16 {
+		t.Fatalf("frame after a rejected batch is %+v: the batch queued something", a.Header)
+	}
+}

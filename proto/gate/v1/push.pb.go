@@ -210,6 +210,95 @@ func (x *PushReply) GetDropped() []*Target {
 	return nil
 }
 
+type PushBatchRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*PushRequest         `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushBatchRequest) Reset() {
+	*x = PushBatchRequest{}
+	mi := &file_gate_v1_push_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushBatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushBatchRequest) ProtoMessage() {}
+
+func (x *PushBatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gate_v1_push_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushBatchRequest.ProtoReflect.Descriptor instead.
+func (*PushBatchRequest) Descriptor() ([]byte, []int) {
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *PushBatchRequest) GetItems() []*PushRequest {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type PushBatchReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// replies has one reply per item, in item order.
+	Replies       []*PushReply `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushBatchReply) Reset() {
+	*x = PushBatchReply{}
+	mi := &file_gate_v1_push_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushBatchReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushBatchReply) ProtoMessage() {}
+
+func (x *PushBatchReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gate_v1_push_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushBatchReply.ProtoReflect.Descriptor instead.
+func (*PushBatchReply) Descriptor() ([]byte, []int) {
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PushBatchReply) GetReplies() []*PushReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
 type KickRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Targets       []*Target              `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
@@ -220,7 +309,7 @@ type KickRequest struct {
 
 func (x *KickRequest) Reset() {
 	*x = KickRequest{}
-	mi := &file_gate_v1_push_proto_msgTypes[3]
+	mi := &file_gate_v1_push_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -232,7 +321,7 @@ func (x *KickRequest) String() string {
 func (*KickRequest) ProtoMessage() {}
 
 func (x *KickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gate_v1_push_proto_msgTypes[3]
+	mi := &file_gate_v1_push_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -245,7 +334,7 @@ func (x *KickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickRequest.ProtoReflect.Descriptor instead.
 func (*KickRequest) Descriptor() ([]byte, []int) {
-	return file_gate_v1_push_proto_rawDescGZIP(), []int{3}
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *KickRequest) GetTargets() []*Target {
@@ -271,7 +360,7 @@ type KickReply struct {
 
 func (x *KickReply) Reset() {
 	*x = KickReply{}
-	mi := &file_gate_v1_push_proto_msgTypes[4]
+	mi := &file_gate_v1_push_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +372,7 @@ func (x *KickReply) String() string {
 func (*KickReply) ProtoMessage() {}
 
 func (x *KickReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gate_v1_push_proto_msgTypes[4]
+	mi := &file_gate_v1_push_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +385,7 @@ func (x *KickReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickReply.ProtoReflect.Descriptor instead.
 func (*KickReply) Descriptor() ([]byte, []int) {
-	return file_gate_v1_push_proto_rawDescGZIP(), []int{4}
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *KickReply) GetKicked() uint32 {
@@ -316,7 +405,7 @@ type BroadcastRequest struct {
 
 func (x *BroadcastRequest) Reset() {
 	*x = BroadcastRequest{}
-	mi := &file_gate_v1_push_proto_msgTypes[5]
+	mi := &file_gate_v1_push_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -328,7 +417,7 @@ func (x *BroadcastRequest) String() string {
 func (*BroadcastRequest) ProtoMessage() {}
 
 func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gate_v1_push_proto_msgTypes[5]
+	mi := &file_gate_v1_push_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -341,7 +430,7 @@ func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRequest) Descriptor() ([]byte, []int) {
-	return file_gate_v1_push_proto_rawDescGZIP(), []int{5}
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BroadcastRequest) GetCommand() uint32 {
@@ -368,7 +457,7 @@ type BroadcastReply struct {
 
 func (x *BroadcastReply) Reset() {
 	*x = BroadcastReply{}
-	mi := &file_gate_v1_push_proto_msgTypes[6]
+	mi := &file_gate_v1_push_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +469,7 @@ func (x *BroadcastReply) String() string {
 func (*BroadcastReply) ProtoMessage() {}
 
 func (x *BroadcastReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gate_v1_push_proto_msgTypes[6]
+	mi := &file_gate_v1_push_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +482,7 @@ func (x *BroadcastReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastReply.ProtoReflect.Descriptor instead.
 func (*BroadcastReply) Descriptor() ([]byte, []int) {
-	return file_gate_v1_push_proto_rawDescGZIP(), []int{6}
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *BroadcastReply) GetDelivered() uint32 {
@@ -418,7 +507,7 @@ type StatsRequest struct {
 
 func (x *StatsRequest) Reset() {
 	*x = StatsRequest{}
-	mi := &file_gate_v1_push_proto_msgTypes[7]
+	mi := &file_gate_v1_push_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -430,7 +519,7 @@ func (x *StatsRequest) String() string {
 func (*StatsRequest) ProtoMessage() {}
 
 func (x *StatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_gate_v1_push_proto_msgTypes[7]
+	mi := &file_gate_v1_push_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -443,7 +532,7 @@ func (x *StatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsRequest.ProtoReflect.Descriptor instead.
 func (*StatsRequest) Descriptor() ([]byte, []int) {
-	return file_gate_v1_push_proto_rawDescGZIP(), []int{7}
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{9}
 }
 
 type StatsReply struct {
@@ -461,7 +550,7 @@ type StatsReply struct {
 
 func (x *StatsReply) Reset() {
 	*x = StatsReply{}
-	mi := &file_gate_v1_push_proto_msgTypes[8]
+	mi := &file_gate_v1_push_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +562,7 @@ func (x *StatsReply) String() string {
 func (*StatsReply) ProtoMessage() {}
 
 func (x *StatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_gate_v1_push_proto_msgTypes[8]
+	mi := &file_gate_v1_push_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +575,7 @@ func (x *StatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatsReply.ProtoReflect.Descriptor instead.
 func (*StatsReply) Descriptor() ([]byte, []int) {
-	return file_gate_v1_push_proto_rawDescGZIP(), []int{8}
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StatsReply) GetGateId() string {
@@ -554,7 +643,11 @@ const file_gate_v1_push_proto_rawDesc = "" +
 	"\tPushReply\x12\x1c\n" +
 	"\tdelivered\x18\x01 \x01(\rR\tdelivered\x12)\n" +
 	"\amissing\x18\x02 \x03(\v2\x0f.gate.v1.TargetR\amissing\x12)\n" +
-	"\adropped\x18\x03 \x03(\v2\x0f.gate.v1.TargetR\adropped\"P\n" +
+	"\adropped\x18\x03 \x03(\v2\x0f.gate.v1.TargetR\adropped\">\n" +
+	"\x10PushBatchRequest\x12*\n" +
+	"\x05items\x18\x01 \x03(\v2\x14.gate.v1.PushRequestR\x05items\">\n" +
+	"\x0ePushBatchReply\x12,\n" +
+	"\areplies\x18\x01 \x03(\v2\x12.gate.v1.PushReplyR\areplies\"P\n" +
 	"\vKickRequest\x12)\n" +
 	"\atargets\x18\x01 \x03(\v2\x0f.gate.v1.TargetR\atargets\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"#\n" +
@@ -576,9 +669,10 @@ const file_gate_v1_push_proto_rawDesc = "" +
 	"\n" +
 	"frames_out\x18\x05 \x01(\x04R\tframesOut\x12%\n" +
 	"\x0epushes_dropped\x18\x06 \x01(\x04R\rpushesDropped\x12!\n" +
-	"\fbusy_rejects\x18\a \x01(\x04R\vbusyRejects2\xe0\x01\n" +
+	"\fbusy_rejects\x18\a \x01(\x04R\vbusyRejects2\xa1\x02\n" +
 	"\x04Push\x120\n" +
-	"\x04Push\x12\x14.gate.v1.PushRequest\x1a\x12.gate.v1.PushReply\x120\n" +
+	"\x04Push\x12\x14.gate.v1.PushRequest\x1a\x12.gate.v1.PushReply\x12?\n" +
+	"\tPushBatch\x12\x19.gate.v1.PushBatchRequest\x1a\x17.gate.v1.PushBatchReply\x120\n" +
 	"\x04Kick\x12\x14.gate.v1.KickRequest\x1a\x12.gate.v1.KickReply\x12?\n" +
 	"\tBroadcast\x12\x19.gate.v1.BroadcastRequest\x1a\x17.gate.v1.BroadcastReply\x123\n" +
 	"\x05Stats\x12\x15.gate.v1.StatsRequest\x1a\x13.gate.v1.StatsReplyB/Z-github.com/sparkim/spark/proto/gate/v1;gatev1b\x06proto3"
@@ -595,36 +689,42 @@ func file_gate_v1_push_proto_rawDescGZIP() []byte {
 	return file_gate_v1_push_proto_rawDescData
 }
 
-var file_gate_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_gate_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_gate_v1_push_proto_goTypes = []any{
 	(*Target)(nil),           // 0: gate.v1.Target
 	(*PushRequest)(nil),      // 1: gate.v1.PushRequest
 	(*PushReply)(nil),        // 2: gate.v1.PushReply
-	(*KickRequest)(nil),      // 3: gate.v1.KickRequest
-	(*KickReply)(nil),        // 4: gate.v1.KickReply
-	(*BroadcastRequest)(nil), // 5: gate.v1.BroadcastRequest
-	(*BroadcastReply)(nil),   // 6: gate.v1.BroadcastReply
-	(*StatsRequest)(nil),     // 7: gate.v1.StatsRequest
-	(*StatsReply)(nil),       // 8: gate.v1.StatsReply
+	(*PushBatchRequest)(nil), // 3: gate.v1.PushBatchRequest
+	(*PushBatchReply)(nil),   // 4: gate.v1.PushBatchReply
+	(*KickRequest)(nil),      // 5: gate.v1.KickRequest
+	(*KickReply)(nil),        // 6: gate.v1.KickReply
+	(*BroadcastRequest)(nil), // 7: gate.v1.BroadcastRequest
+	(*BroadcastReply)(nil),   // 8: gate.v1.BroadcastReply
+	(*StatsRequest)(nil),     // 9: gate.v1.StatsRequest
+	(*StatsReply)(nil),       // 10: gate.v1.StatsReply
 }
 var file_gate_v1_push_proto_depIdxs = []int32{
-	0, // 0: gate.v1.PushRequest.targets:type_name -> gate.v1.Target
-	0, // 1: gate.v1.PushReply.missing:type_name -> gate.v1.Target
-	0, // 2: gate.v1.PushReply.dropped:type_name -> gate.v1.Target
-	0, // 3: gate.v1.KickRequest.targets:type_name -> gate.v1.Target
-	1, // 4: gate.v1.Push.Push:input_type -> gate.v1.PushRequest
-	3, // 5: gate.v1.Push.Kick:input_type -> gate.v1.KickRequest
-	5, // 6: gate.v1.Push.Broadcast:input_type -> gate.v1.BroadcastRequest
-	7, // 7: gate.v1.Push.Stats:input_type -> gate.v1.StatsRequest
-	2, // 8: gate.v1.Push.Push:output_type -> gate.v1.PushReply
-	4, // 9: gate.v1.Push.Kick:output_type -> gate.v1.KickReply
-	6, // 10: gate.v1.Push.Broadcast:output_type -> gate.v1.BroadcastReply
-	8, // 11: gate.v1.Push.Stats:output_type -> gate.v1.StatsReply
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	0,  // 0: gate.v1.PushRequest.targets:type_name -> gate.v1.Target
+	0,  // 1: gate.v1.PushReply.missing:type_name -> gate.v1.Target
+	0,  // 2: gate.v1.PushReply.dropped:type_name -> gate.v1.Target
+	1,  // 3: gate.v1.PushBatchRequest.items:type_name -> gate.v1.PushRequest
+	2,  // 4: gate.v1.PushBatchReply.replies:type_name -> gate.v1.PushReply
+	0,  // 5: gate.v1.KickRequest.targets:type_name -> gate.v1.Target
+	1,  // 6: gate.v1.Push.Push:input_type -> gate.v1.PushRequest
+	3,  // 7: gate.v1.Push.PushBatch:input_type -> gate.v1.PushBatchRequest
+	5,  // 8: gate.v1.Push.Kick:input_type -> gate.v1.KickRequest
+	7,  // 9: gate.v1.Push.Broadcast:input_type -> gate.v1.BroadcastRequest
+	9,  // 10: gate.v1.Push.Stats:input_type -> gate.v1.StatsRequest
+	2,  // 11: gate.v1.Push.Push:output_type -> gate.v1.PushReply
+	4,  // 12: gate.v1.Push.PushBatch:output_type -> gate.v1.PushBatchReply
+	6,  // 13: gate.v1.Push.Kick:output_type -> gate.v1.KickReply
+	8,  // 14: gate.v1.Push.Broadcast:output_type -> gate.v1.BroadcastReply
+	10, // 15: gate.v1.Push.Stats:output_type -> gate.v1.StatsReply
+	11, // [11:16] is the sub-list for method output_type
+	6,  // [6:11] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_gate_v1_push_proto_init() }
@@ -638,7 +738,7 @@ func file_gate_v1_push_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gate_v1_push_proto_rawDesc), len(file_gate_v1_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Push_Push_FullMethodName      = "/gate.v1.Push/Push"
+	Push_PushBatch_FullMethodName = "/gate.v1.Push/PushBatch"
 	Push_Kick_FullMethodName      = "/gate.v1.Push/Kick"
 	Push_Broadcast_FullMethodName = "/gate.v1.Push/Broadcast"
 	Push_Stats_FullMethodName     = "/gate.v1.Push/Stats"
@@ -34,6 +35,11 @@ const (
 type PushClient interface {
 	// Push writes one frame to many connections; the body is encoded once.
 	Push(ctx context.Context, in *PushRequest, opts ...grpc.CallOption) (*PushReply, error)
+	// PushBatch applies many pushes in order, exactly as that many Push
+	// calls would, in one round trip. Deliver sends a partition's batch of
+	// jobs to a gate with it; the order of items is the order frames are
+	// queued, so one connection gets them in item order.
+	PushBatch(ctx context.Context, in *PushBatchRequest, opts ...grpc.CallOption) (*PushBatchReply, error)
 	// Kick sends a KICK frame to each target and closes it.
 	Kick(ctx context.Context, in *KickRequest, opts ...grpc.CallOption) (*KickReply, error)
 	// Broadcast writes one frame to every authenticated connection.
@@ -54,6 +60,16 @@ func (c *pushClient) Push(ctx context.Context, in *PushRequest, opts ...grpc.Cal
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PushReply)
 	err := c.cc.Invoke(ctx, Push_Push_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *pushClient) PushBatch(ctx context.Context, in *PushBatchRequest, opts ...grpc.CallOption) (*PushBatchReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushBatchReply)
+	err := c.cc.Invoke(ctx, Push_PushBatch_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +112,11 @@ func (c *pushClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.C
 type PushServer interface {
 	// Push writes one frame to many connections; the body is encoded once.
 	Push(context.Context, *PushRequest) (*PushReply, error)
+	// PushBatch applies many pushes in order, exactly as that many Push
+	// calls would, in one round trip. Deliver sends a partition's batch of
+	// jobs to a gate with it; the order of items is the order frames are
+	// queued, so one connection gets them in item order.
+	PushBatch(context.Context, *PushBatchRequest) (*PushBatchReply, error)
 	// Kick sends a KICK frame to each target and closes it.
 	Kick(context.Context, *KickRequest) (*KickReply, error)
 	// Broadcast writes one frame to every authenticated connection.
@@ -114,6 +135,9 @@ type UnimplementedPushServer struct{}
 
 func (UnimplementedPushServer) Push(context.Context, *PushRequest) (*PushReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Push not implemented")
+}
+func (UnimplementedPushServer) PushBatch(context.Context, *PushBatchRequest) (*PushBatchReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method PushBatch not implemented")
 }
 func (UnimplementedPushServer) Kick(context.Context, *KickRequest) (*KickReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Kick not implemented")
@@ -159,6 +183,24 @@ func _Push_Push_Handler(srv interface{}, ctx context.Context, dec func(interface
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(PushServer).Push(ctx, req.(*PushRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Push_PushBatch_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PushBatchRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).PushBatch(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_PushBatch_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).PushBatch(ctx, req.(*PushBatchRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -227,6 +269,10 @@ var Push_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Push",
 			Handler:    _Push_Push_Handler,
+		},
+		{
+			MethodName: "PushBatch",
+			Handler:    _Push_PushBatch_Handler,
 		},
 		{
 			MethodName: "Kick",
