@@ -131,10 +131,8 @@ func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Lo
 		if len(msgs) > 0 {
 			log.Info("claimed pending jobs", zap.Int("count", len(msgs)))
 		}
-		for _, msg := range msgs {
-			if !c.handle(ctx, readCtx, p, msg, log) {
-				return false
-			}
+		if !c.handleEntries(ctx, readCtx, p, msgs, log) {
+			return false
 		}
 		if next == "0-0" || next == "" {
 			return true
@@ -167,10 +165,8 @@ func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger,
 		}
 		bo.Reset()
 		for _, s := range res {
-			for _, msg := range s.Messages {
-				if !c.handle(ctx, readCtx, p, msg, log) {
-					return false
-				}
+			if !c.handleEntries(ctx, readCtx, p, s.Messages, log) {
+				return false
 			}
 		}
 	}
@@ -188,6 +184,15 @@ func (c *Consumer) readFailed(ctx context.Context, p int, log *zap.Logger, err e
 		return
 	}
 	log.Warn("read partition", zap.Error(err))
+}
+
+func (c *Consumer) handleEntries(ctx, readCtx context.Context, p int, msgs []redis.XMessage, log *zap.Logger) bool {
+	for _, msg := range msgs {
+		if !c.handle(ctx, readCtx, p, msg, log) {
+			return false
+		}
+	}
+	return true
 }
 
 // handle processes one entry and acknowledges it. It reports false when it
