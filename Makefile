@@ -26,6 +26,7 @@ run: build
 	@deploy/dev/run.sh
 
 vet:
+	@unformatted=$$(gofmt -l $(MODULES)); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
 unit: services
