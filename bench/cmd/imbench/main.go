@@ -38,6 +38,8 @@ func main() {
 	root := flag.String("root", "", "repository root (default: found from the working directory)")
 	out := flag.String("out", "", "results directory (default <root>/bench/results)")
 	workerMode := flag.String("worker", "", "internal: run as a worker of the named scenario")
+	rate := flag.Int("p2p-rate", 0, "override the profile's p2p target rate (msg/s)")
+	grace := flag.Duration("grace", -1, "override the profile's grace period for late pushes (e.g. 0 to exercise the sync check)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -48,7 +50,18 @@ func main() {
 		}
 		return
 	}
-	if err := run(ctx, log, *profile, *only, *root, *out); err != nil {
+	p, ok := scenario.Profiles()[*profile]
+	if !ok {
+		log.Error("imbench", "err", fmt.Sprintf("unknown profile %q", *profile))
+		os.Exit(2)
+	}
+	if *rate > 0 {
+		p.P2PRate = *rate
+	}
+	if *grace >= 0 {
+		p.Grace = *grace
+	}
+	if err := run(ctx, log, p, *only, *root, *out); err != nil {
 		log.Error("imbench", "err", err)
 		os.Exit(1)
 	}
@@ -79,12 +92,8 @@ func findRoot() (string, error) {
 	}
 }
 
-func run(ctx context.Context, log *slog.Logger, profileName, only, root, out string) error {
+func run(ctx context.Context, log *slog.Logger, p scenario.Profile, only, root, out string) error {
 	began := time.Now()
-	p, ok := scenario.Profiles()[profileName]
-	if !ok {
-		return fmt.Errorf("imbench: unknown profile %q", profileName)
-	}
 	if root == "" {
 		var err error
 		if root, err = findRoot(); err != nil {

@@ -134,11 +134,11 @@ func Start(ctx context.Context, o Options, log *slog.Logger) (*Cluster, error) {
 	}
 	cfg := fmt.Sprintf(`log: {level: info}
 cluster: {secret: %s}
-queue: {partitions: 16}
+queue: {partitions: %d}
 logic:
   jwt_secret: %s
   api_keys: [bench-%s]
-`, "bench-cluster-"+randHex(8), c.JWTSecret, randHex(4))
+`, "bench-cluster-"+randHex(8), queuePartitions, c.JWTSecret, randHex(4))
 	c.configPath = filepath.Join(o.Dir, "im.yaml")
 	if err := os.WriteFile(c.configPath, []byte(cfg), 0o600); err != nil {
 		c.Close()
@@ -255,6 +255,12 @@ func (c *Cluster) startRedis(ctx context.Context) error {
 	}
 	return fmt.Errorf("cluster: private redis on %s does not answer", c.RedisAddr)
 }
+
+// queuePartitions is queue.partitions of the system under test.
+const queuePartitions = 16
+
+// QueuePartitions is the number of deliver streams im:deliver:{p}.
+func (c *Cluster) QueuePartitions() int { return queuePartitions }
 
 // DB is a handle on the server (no default database).
 func (c *Cluster) DB() *sql.DB { return c.db }

@@ -30,9 +30,10 @@ type Scenario interface {
 }
 
 // List returns the scenarios of a run in order; ceiling runs before p2p so
-// p2p can be shown as a fraction of it.
+// p2p can be shown as a fraction of it, and p2p-steady after p2p, at a
+// fraction of the rate p2p achieved. A new scenario is one more entry.
 func List() []Scenario {
-	return []Scenario{Conn{}, Ceiling{}, P2P{}, Stall{}, Sync{}, Reconnect{}}
+	return []Scenario{Conn{}, Ceiling{}, P2P{}, P2P{Label: "p2p-steady", Steady: true}, Stall{}, Sync{}, Reconnect{}}
 }
 
 // Profile sizes every scenario.
@@ -50,6 +51,9 @@ type Profile struct {
 	P2PDuration time.Duration `json:"p2p_duration"`
 	P2PWindow   int           `json:"p2p_window"` // in-flight sends per user: a person waits for the ack; a deeper window only queues past gate.request_timeout
 	Grace       time.Duration `json:"grace"`
+	// p2p-steady: P2PSteadyFraction of the rate p2p achieved, for P2PSteadyDuration
+	P2PSteadyDuration time.Duration `json:"p2p_steady_duration"`
+	P2PSteadyFraction float64       `json:"p2p_steady_fraction"`
 	// reconnect
 	ReconnectN int `json:"reconnect_n"`
 	// stall
@@ -67,13 +71,15 @@ type Profile struct {
 func Profiles() map[string]Profile {
 	return map[string]Profile{
 		"tiny": {Name: "tiny", ConnN: 600, ConnPerWorker: 300, HBInterval: time.Second, HBDuration: 3 * time.Second, ConnectWorkers: 64,
-			P2PUsers: 40, P2PRate: 300, P2PDuration: 5 * time.Second, P2PWindow: 16, Grace: 10 * time.Second,
+			P2PUsers: 40, P2PRate: 300, P2PDuration: 5 * time.Second, P2PWindow: 16, Grace: 10 * time.Second, P2PSteadyDuration: 4 * time.Second, P2PSteadyFraction: 0.6,
 			ReconnectN: 200, StallConns: 200, StallDuration: 9 * time.Second, SyncMessages: 200, SyncConvs: 5, CeilingDuration: 3 * time.Second},
 		"short": {Name: "short", ConnN: 10000, ConnPerWorker: 5000, HBInterval: 5 * time.Second, HBDuration: 10 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 200, P2PRate: 3000, P2PDuration: 60 * time.Second, P2PWindow: 2, Grace: 15 * time.Second,
+			P2PSteadyDuration: 20 * time.Second, P2PSteadyFraction: 0.6,
 			ReconnectN: 2000, StallConns: 1000, StallDuration: 20 * time.Second, SyncMessages: 2000, SyncConvs: 20, CeilingDuration: 15 * time.Second},
 		"long": {Name: "long", ConnN: 50000, ConnPerWorker: 15000, HBInterval: 10 * time.Second, HBDuration: 30 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 1000, P2PRate: 5000, P2PDuration: 5 * time.Minute, P2PWindow: 2, Grace: 30 * time.Second,
+			P2PSteadyDuration: time.Minute, P2PSteadyFraction: 0.6,
 			ReconnectN: 10000, StallConns: 2000, StallDuration: 30 * time.Second, SyncMessages: 10000, SyncConvs: 50, CeilingDuration: 30 * time.Second},
 	}
 }
@@ -88,8 +94,10 @@ type Env struct {
 	Locals  []netip.Addr // loopback source addresses to spread connections over
 	OutDir  string       // where plots go
 	// Ceiling is filled by the ceiling scenario: raw send transactions/s.
-	Ceiling  float64
-	nextUser atomic.Int64
+	Ceiling float64
+	// P2PAchieved is filled by the saturating p2p run: acked msg/s.
+	P2PAchieved float64
+	nextUser    atomic.Int64
 }
 
 // NewEnv prepares the shared state; user ids start at a random base so a

@@ -68,7 +68,7 @@ func (t *traffic) onPush(s *session.Session, h frame.Header, body []byte) {
 		t.code("bad MESSAGE")
 		return
 	}
-	t.ledger.Received(int64(env.Data.MsgID), uint64(s.Index))
+	t.ledger.Pushed(int64(env.Data.MsgID), uint64(s.Index), now)
 	t.received.Add(1)
 	if sentNs, ok := sentAt(env.Data.ClientMsgID); ok {
 		t.e2e.Record(now, now.Sub(time.Unix(0, sentNs)))
@@ -122,7 +122,7 @@ func (t *traffic) send(i int, done func(msgID int64)) bool {
 				break
 			}
 			id = int64(a.MsgID)
-			t.ledger.Acked(id, uint64(to.Index))
+			t.ledger.Acked(id, uint64(to.Index), int64(a.ConversationID))
 			t.acked.Add(1)
 			t.ack.Record(time.Now(), r.RTT)
 		}
@@ -190,13 +190,15 @@ func (t *traffic) drain(ctx context.Context, timeout time.Duration) {
 	}
 }
 
-// settle waits up to grace for every acked message to arrive.
-func (t *traffic) settle(ctx context.Context, grace time.Duration) account.Result {
+// settle waits up to grace for every acked message to be pushed and
+// returns when the wait ended (the end of the grace period for Classify).
+func (t *traffic) settle(ctx context.Context, grace time.Duration) time.Time {
 	deadline := time.Now().Add(grace)
 	for {
-		r := t.ledger.Check()
-		if r.Lost == 0 || time.Now().After(deadline) || ctx.Err() != nil {
-			return r
+		pushed, acked := t.ledger.PushedCount()
+		now := time.Now()
+		if pushed == acked || now.After(deadline) || ctx.Err() != nil {
+			return now
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
