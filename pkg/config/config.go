@@ -110,6 +110,12 @@ type Logic struct {
 	// RecallWindow is how long after sending the sender may recall a
 	// message.
 	RecallWindow time.Duration `mapstructure:"recall_window"`
+	// CommitWorkers is the number of group-commit workers of the send
+	// path (each runs one transaction at a time; negative: one
+	// transaction per send), CommitBatch the most sends one transaction
+	// takes.
+	CommitWorkers int `mapstructure:"commit_workers"`
+	CommitBatch   int `mapstructure:"commit_batch"`
 }
 
 // Deliver configures a deliver process.
@@ -171,6 +177,8 @@ var defaults = map[string]any{
 	"logic.send_rate":            100.0,
 	"logic.send_burst":           400,
 	"logic.recall_window":        2 * time.Minute,
+	"logic.commit_workers":       4,
+	"logic.commit_batch":         64,
 	"deliver.id":                 "deliver-1",
 	"deliver.admin_addr":         "127.0.0.1:9040",
 	"deliver.redis.addr":         "127.0.0.1:6379",

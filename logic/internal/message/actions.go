@@ -62,7 +62,7 @@ func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64
 			Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(cmd), MsgId: msgID, ConversationId: cid,
 			ConversationType: int32(ctype), SenderId: from.UserID, SenderDevice: from.DeviceID,
 			Recipients: recipients, PushData: push, CreatedAtMs: time.Now().UnixMilli(),
-		})
+		}, 0, nil)
 	}
 	if err != nil {
 		s.metrics.EnqueueFailures.Inc()

@@ -57,7 +57,14 @@ func (s *Service) enqueue(ctx context.Context, row store.Message, pair store.P2P
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, "", err)
 	}
-	if err := s.enqueueJob(ctx, job); err != nil {
+	return s.enqueueFrom(ctx, row, job, 0, nil)
+}
+
+// enqueueFrom makes the XADD attempts of job from attempt first on (the
+// group commit made attempt 0 already when first is 1; prev is its error)
+// and reports a final failure as 50301.
+func (s *Service) enqueueFrom(ctx context.Context, row store.Message, job *queuev1.DeliverJob, first int, prev error) error {
+	if err := s.enqueueJob(ctx, job, first, prev); err != nil {
 		s.metrics.EnqueueFailures.Inc()
 		s.log.Warn("enqueue failed; no SEND_ACK", zap.Int64("user_id", row.SenderID), zap.Int64("conversation_id", row.ConversationID),
 			zap.Int64("msg_id", row.ID), zap.Error(err))
@@ -66,11 +73,12 @@ func (s *Service) enqueue(ctx context.Context, row store.Message, pair store.P2P
 	return nil
 }
 
-// enqueueJob XADDs a job with bounded retries (logic.enqueue_retries).
-func (s *Service) enqueueJob(ctx context.Context, job *queuev1.DeliverJob) error {
-	var last error
+// enqueueJob XADDs a job with bounded retries (logic.enqueue_retries),
+// starting at attempt first; prev is the error of the attempts before it.
+func (s *Service) enqueueJob(ctx context.Context, job *queuev1.DeliverJob, first int, prev error) error {
+	last := prev
 attempts:
-	for attempt := 0; attempt < s.cfg.EnqueueRetries; attempt++ {
+	for attempt := first; attempt < s.cfg.EnqueueRetries; attempt++ {
 		if attempt > 0 {
 			d := time.Duration(10<<attempt) * time.Millisecond
 			if d > 200*time.Millisecond {

@@ -120,9 +120,41 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 		}
 	}
 
-	row, err := s.commit(ctx, from, conv, &req, content)
+	if s.group == nil {
+		return s.sendOne(ctx, from, conv, &req, content, pair)
+	}
+	o, err := s.group.submit(ctx, &pending{
+		ctx: ctx,
+		nm: store.NewMessage{
+			ConversationID: conv, SenderID: from.UserID, SenderDevice: from.DeviceID,
+			ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
+		},
+		msgID: req.MsgID.Int64(), pair: pair, outcome: make(chan outcome, 1),
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case o.fallback:
+		return s.sendOne(ctx, from, conv, &req, content, pair)
+	case o.err != nil:
+		return nil, o.err
+	}
+	if o.enqueueErr != nil {
+		if err := s.enqueueFrom(ctx, o.row, o.job, 1, o.enqueueErr); err != nil {
+			return nil, err
+		}
+	}
+	s.logCommitted(o.row, from)
+	return ackOf(o.row), nil
+}
+
+// sendOne is the single-send path: its own transaction, then the enqueue.
+// The group commit falls back to it whenever a batch is refused, as it
+// handles every per-row case (duplicates, a reused client msg_id).
+func (s *Service) sendOne(ctx context.Context, from Sender, conv int64, req *protocol.SendRequest, content []byte, pair store.P2P) (*protocol.SendAck, error) {
+	row, err := s.commit(ctx, from, conv, req, content)
 	if errors.Is(err, errReplay) {
-		ack, found, err := s.replay(ctx, from, conv, &req, content)
+		ack, found, err := s.replay(ctx, from, conv, req, content)
 		if err == nil && !found {
 			err = busy("commit", errors.New("duplicate client_msg_id but no row"))
 		}
@@ -137,9 +169,15 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 	if err := s.enqueue(ctx, row, pair); err != nil {
 		return nil, err
 	}
-	s.log.Debug("message committed", zap.Int64("user_id", from.UserID), zap.String("device_id", from.DeviceID),
-		zap.Int64("conversation_id", conv), zap.Int64("msg_id", row.ID))
+	s.logCommitted(row, from)
 	return ackOf(row), nil
+}
+
+func (s *Service) logCommitted(row store.Message, from Sender) {
+	if ce := s.log.Check(zap.DebugLevel, "message committed"); ce != nil {
+		ce.Write(zap.Int64("user_id", from.UserID), zap.String("device_id", from.DeviceID),
+			zap.Int64("conversation_id", row.ConversationID), zap.Int64("msg_id", row.ID))
+	}
 }
 
 // replay answers a send whose (sender, conversation, client_msg_id) row

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/errcode"
@@ -24,14 +25,15 @@ import (
 const partitions = 16
 
 type env struct {
-	st  *store.Store
-	rdb *redis.Client
+	st      *store.Store
+	rdb     *redis.Client
+	metrics *metrics.Metrics // shared by the env's services
 }
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	_, db := testenv.MySQL(t)
-	return &env{st: store.New(db), rdb: testenv.Redis(t)}
+	return &env{st: store.New(db), rdb: testenv.Redis(t), metrics: metrics.New(nil)}
 }
 
 func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.Service, *msgid.Generator) {
@@ -47,7 +49,9 @@ func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.S
 		cfg.EnqueueRetries = 3
 	}
 	cfg.Partitions = partitions
-	return message.New(e.st, e.rdb, g, cfg, nil, nil), g
+	svc := message.New(e.st, e.rdb, g, cfg, nil, e.metrics)
+	t.Cleanup(svc.Close)
+	return svc, g
 }
 
 func (e *env) users(t *testing.T, n int) []int64 {

@@ -38,6 +38,13 @@ type Config struct {
 	// RecallWindow is how long after sending the sender may recall a
 	// message (logic.recall_window); ≤ 0 means DefaultRecallWindow.
 	RecallWindow time.Duration
+	// CommitWorkers is the number of group-commit workers
+	// (logic.commit_workers): 0 means DefaultCommitWorkers, negative
+	// commits every send in its own transaction.
+	CommitWorkers int
+	// CommitBatch is the most sends one group-commit transaction takes
+	// (logic.commit_batch); ≤ 0 means DefaultCommitBatch.
+	CommitBatch int
 }
 
 // DefaultRecallWindow is logic.recall_window's default.
@@ -56,6 +63,8 @@ type Service struct {
 	pairs *cache.Map[[2]int64, int64]
 	convs *cache.Map[int64, store.P2P]
 	limit *limiter
+	// group is the group commit of sends (nil: one transaction per send).
+	group *committer
 }
 
 // New returns a Service.
@@ -75,12 +84,31 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 	if m == nil {
 		m = metrics.New(nil)
 	}
-	return &Service{
+	if cfg.CommitWorkers == 0 {
+		cfg.CommitWorkers = DefaultCommitWorkers
+	}
+	if cfg.CommitBatch <= 0 {
+		cfg.CommitBatch = DefaultCommitBatch
+	}
+	s := &Service{
 		store: st, rdb: rdb, ids: ids, cfg: cfg, log: log, metrics: m,
 		users: cache.New[int64, struct{}](100_000),
 		pairs: cache.New[[2]int64, int64](100_000),
 		convs: cache.New[int64, store.P2P](100_000),
 		limit: newLimiter(cfg.SendRate, cfg.SendBurst),
+	}
+	if cfg.CommitWorkers > 0 {
+		s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
+	}
+	return s
+}
+
+// Close stops the group-commit workers after their current batch; sends
+// still queued, and later ones, answer 50301. Call it after the gateway
+// drained its requests.
+func (s *Service) Close() {
+	if s.group != nil {
+		s.group.close()
 	}
 }
 

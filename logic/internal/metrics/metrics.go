@@ -18,6 +18,11 @@ type Metrics struct {
 	Kicks *prometheus.CounterVec
 	// Streams is the number of open gateway streams.
 	Streams prometheus.Gauge
+	// SendBatchSize is the number of sends per group-commit transaction.
+	SendBatchSize prometheus.Histogram
+	// SendCommits counts group-commit transactions by result: ok,
+	// fallback (rolled back, committed one by one) or error.
+	SendCommits *prometheus.CounterVec
 }
 
 // New creates and registers the collectors on reg (nil: not registered).
@@ -48,9 +53,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "spark", Subsystem: "logic", Name: "gateway_streams",
 			Help: "Open Gateway/Connect streams.",
 		}),
+		SendBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "send_batch_size",
+			Help:    "Sends per group-commit transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
+		}),
+		SendCommits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "send_commits_total",
+			Help: "Group-commit transactions of sends, by result (ok, fallback, error).",
+		}, []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams)
+		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams,
+			m.SendBatchSize, m.SendCommits)
 	}
 	return m
 }

@@ -142,7 +142,9 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	sendSvc := message.New(st, rdb, gen, message.Config{
 		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
 		SendRate: lc.SendRate, SendBurst: lc.SendBurst, RecallWindow: lc.RecallWindow,
+		CommitWorkers: lc.CommitWorkers, CommitBatch: lc.CommitBatch,
 	}, log, m)
+	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, log)
 	gw := gateway.NewServer(base, &gateway.Handler{Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: gen, Log: log, Metrics: m}, gates, log)
 

@@ -1,0 +1,307 @@
+package message
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/failpoint"
+	"github.com/sparkim/spark/pkg/queue"
+	"github.com/sparkim/spark/pkg/rediskey"
+	queuev1 "github.com/sparkim/spark/proto/queue/v1"
+)
+
+// Group-commit defaults (logic.commit_workers, logic.commit_batch).
+const (
+	DefaultCommitWorkers = 4
+	DefaultCommitBatch   = 64
+)
+
+// maxBatchContent bounds the content bytes of one batch, so a batch of
+// large messages stays far below max_allowed_packet (16 MiB by default).
+const maxBatchContent = 1 << 20
+
+// batchTimeout bounds one group-commit transaction and its XADDs. The
+// batch runs on the committer's context, not a caller's: one caller giving
+// up must not roll back the others' sends.
+const batchTimeout = 5 * time.Second
+
+var errShuttingDown = errors.New("message: send committer stopped")
+
+// pending is one send waiting for a group commit.
+type pending struct {
+	ctx     context.Context
+	nm      store.NewMessage
+	msgID   int64 // the client's msg_id (0: none)
+	pair    store.P2P
+	outcome chan outcome // buffered 1: the committer never blocks on a caller that gave up
+}
+
+// outcome is what the committer tells one send.
+type outcome struct {
+	// fallback: the batch was rolled back; commit this send alone through
+	// the single-send path, which handles every per-row case.
+	fallback bool
+	err      error
+	row      store.Message
+	// job is the deliver job; enqueueErr is its first XADD attempt's
+	// error (nil: enqueued).
+	job        *queuev1.DeliverJob
+	enqueueErr error
+}
+
+// committer is the group commit of sends (DESIGN.md §6 Send): K workers
+// each take whatever sends are waiting, up to batch, and commit them in
+// one transaction. A worker never waits for a batch to fill: at low load a
+// send commits alone at once; under load sends pile up while transactions
+// are in flight and the next one takes them all, so one fsync serves many
+// sends.
+type committer struct {
+	s       *Service
+	queue   chan *pending
+	batch   int
+	stop    chan struct{}
+	stopped chan struct{} // closed once no worker runs and the queue is drained
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+}
+
+func newCommitter(s *Service, workers, batch int) *committer {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &committer{
+		s: s, queue: make(chan *pending, workers*batch*4), batch: batch,
+		stop: make(chan struct{}), stopped: make(chan struct{}), cancel: cancel,
+	}
+	for i := 0; i < workers; i++ {
+		c.wg.Add(1)
+		go c.work(ctx)
+	}
+	return c
+}
+
+// close stops the workers after their current batch and answers what is
+// still queued with 50301.
+func (c *committer) close() {
+	c.once.Do(func() {
+		close(c.stop)
+		c.wg.Wait()
+		c.cancel()
+		for {
+			select {
+			case p := <-c.queue:
+				p.outcome <- outcome{err: busy("commit", errShuttingDown)}
+			default:
+				close(c.stopped)
+				return
+			}
+		}
+	})
+}
+
+// submit queues a send and waits for its outcome. When ctx ends first the
+// send may still commit (a retry of its client_msg_id will find it).
+func (c *committer) submit(ctx context.Context, p *pending) (outcome, error) {
+	select {
+	case c.queue <- p:
+	case <-c.stop:
+		return outcome{}, busy("commit", errShuttingDown)
+	case <-ctx.Done():
+		return outcome{}, busy("commit", ctx.Err())
+	}
+	select {
+	case o := <-p.outcome:
+		return o, nil
+	case <-ctx.Done():
+		return outcome{}, busy("commit", ctx.Err())
+	case <-c.stopped:
+		select {
+		case o := <-p.outcome:
+			return o, nil
+		default: // queued after the drain
+			return outcome{}, busy("commit", errShuttingDown)
+		}
+	}
+}
+
+func (c *committer) work(ctx context.Context) {
+	defer c.wg.Done()
+	batch := make([]*pending, 0, c.batch)
+	for {
+		batch = batch[:0]
+		select {
+		case <-c.stop:
+			return
+		case p := <-c.queue:
+			batch = append(batch, p)
+		}
+		size := len(batch[0].nm.Content)
+	fill:
+		for len(batch) < c.batch && size < maxBatchContent {
+			select {
+			case p := <-c.queue:
+				batch = append(batch, p)
+				size += len(p.nm.Content)
+			default:
+				break fill
+			}
+		}
+		c.commit(ctx, batch)
+		clear(batch) // do not pin the sends until the next batch
+	}
+}
+
+// commit runs one batch and answers each of its sends.
+func (c *committer) commit(ctx context.Context, all []*pending) {
+	// A send whose caller already gave up is not written: it has been
+	// answered 50301 and never committed.
+	batch := all[:0:0]
+	for _, p := range all {
+		if err := p.ctx.Err(); err != nil {
+			p.outcome <- outcome{err: busy("commit", err)}
+			continue
+		}
+		batch = append(batch, p)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
+	defer cancel()
+	s := c.s
+	nms := make([]store.NewMessage, len(batch))
+	for i, p := range batch {
+		nms[i] = p.nm
+	}
+	choose := func(ctx context.Context, i int, last int64, now time.Time) (int64, error) {
+		if id := batch[i].msgID; s.acceptClientID(id, last, now) {
+			return id, nil
+		}
+		return s.ids.NextAfter(ctx, last)
+	}
+	var (
+		res store.BatchResult
+		err error
+	)
+	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		res, err = s.store.InsertMessages(ctx, nms, choose)
+		if err == nil || !store.IsRetryable(err) {
+			break
+		}
+		if serr := sleepCtx(ctx, time.Duration(5*(attempt+1))*time.Millisecond); serr != nil {
+			break
+		}
+	}
+	s.metrics.SendBatchSize.Observe(float64(len(batch)))
+	switch {
+	case err == nil:
+		s.metrics.SendCommits.WithLabelValues("ok").Inc()
+	case errors.Is(err, store.ErrBatchRow) || store.IsRetryable(err):
+		// A duplicate key (a concurrent identical send, a reused client
+		// msg_id), a failed id choice, or lock trouble that outlasted the
+		// retries: each send goes through the single-send path, which
+		// tells these cases apart exactly as before batching.
+		s.metrics.SendCommits.WithLabelValues("fallback").Inc()
+		for _, p := range batch {
+			p.outcome <- outcome{fallback: true}
+		}
+		return
+	default:
+		s.metrics.SendCommits.WithLabelValues("error").Inc()
+		for _, p := range batch {
+			p.outcome <- outcome{err: busy("commit", err)}
+		}
+		return
+	}
+
+	now := time.Now()
+	out := make([]outcome, len(batch))
+	jobs := make([]*queuev1.DeliverJob, 0, len(batch))
+	idx := make([]int, 0, len(batch))
+	for i, p := range batch {
+		if res.Missing[i] {
+			out[i].err = errcode.New(errcode.NotFound, "conversation not found")
+			continue
+		}
+		out[i].row = res.Rows[i]
+		if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
+			out[i].err = busy("after commit", err)
+			continue
+		}
+		job, err := Job(res.Rows[i], p.pair, now)
+		if err != nil {
+			out[i].err = errcode.Wrap(errcode.Internal, "", err)
+			continue
+		}
+		out[i].job = job
+		jobs = append(jobs, job)
+		idx = append(idx, i)
+	}
+	errs := s.enqueuePipelined(ctx, jobs)
+	for k, i := range idx {
+		out[i].enqueueErr = errs[k]
+	}
+	for i, p := range batch {
+		p.outcome <- out[i]
+	}
+}
+
+// enqueuePipelined makes the first XADD attempt of every job in one round
+// trip; errs[i] is job i's error (nil: enqueued).
+func (s *Service) enqueuePipelined(ctx context.Context, jobs []*queuev1.DeliverJob) []error {
+	errs := make([]error, len(jobs))
+	if len(jobs) == 0 {
+		return errs
+	}
+	actx, cancel := context.WithTimeout(ctx, enqueueAttemptTimeout)
+	defer cancel()
+	pipe := s.rdb.Pipeline()
+	cmds := make([]*redis.StringCmd, len(jobs))
+	now := time.Now().UnixMilli()
+	for i, job := range jobs {
+		if err := failpoint.Inject("logic/send/beforeEnqueue"); err != nil {
+			errs[i] = err
+			continue
+		}
+		job.EnqueuedAtMs = now
+		b, err := proto.Marshal(job)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		key := rediskey.Deliver(rediskey.Partition(job.ConversationId, s.cfg.Partitions))
+		cmds[i] = pipe.XAdd(actx, &redis.XAddArgs{Stream: key, Values: []any{queue.Field, b}})
+	}
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(actx) // per-command errors are read below
+	}
+	for i, cmd := range cmds {
+		if cmd != nil {
+			errs[i] = cmd.Err()
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			s.metrics.EnqueueAttemptFailures.Inc()
+		}
+	}
+	return errs
+}
+
+// sleepCtx sleeps d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
