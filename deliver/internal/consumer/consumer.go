@@ -1,7 +1,8 @@
 // Package consumer reads one partition's deliver stream through the
 // consumer group: it first takes over the group's pending entries (a crashed
-// owner's unacknowledged jobs), then reads new ones, processes them strictly
-// in stream order and acknowledges each after its pushes.
+// owner's unacknowledged jobs), then reads new ones, processes each read's
+// entries as one batch in stream order and acknowledges them together after
+// their pushes.
 package consumer
 
 import (
@@ -30,6 +31,15 @@ const DoneTTL = 24 * time.Hour
 // processed now (Redis down) and is retried; it must not have pushed.
 type Processor interface {
 	Process(ctx context.Context, partition int, job *queuev1.DeliverJob) error
+}
+
+// BatchProcessor is a Processor that takes a read's jobs at once, in
+// stream order, so their round trips are shared. An error means none of
+// them may be acknowledged: the whole batch is retried, so processing must
+// be idempotent per job.
+type BatchProcessor interface {
+	Processor
+	ProcessBatch(ctx context.Context, partition int, jobs []*queuev1.DeliverJob) error
 }
 
 // Config configures a Consumer.
@@ -186,39 +196,43 @@ func (c *Consumer) readFailed(ctx context.Context, p int, log *zap.Logger, err e
 	log.Warn("read partition", zap.Error(err))
 }
 
+// handleEntries processes one read's entries as a batch and acknowledges
+// them together. It reports false when it gave up because the partition
+// must stop; the entries then stay pending, and the next owner processes
+// them again (idempotently: list updates skip applied ids, pushes may
+// repeat and clients de-duplicate by msg_id).
 func (c *Consumer) handleEntries(ctx, readCtx context.Context, p int, msgs []redis.XMessage, log *zap.Logger) bool {
-	for _, msg := range msgs {
-		if !c.handle(ctx, readCtx, p, msg, log) {
-			return false
-		}
+	if len(msgs) == 0 {
+		return true
 	}
-	return true
-}
-
-// handle processes one entry and acknowledges it. It reports false when it
-// gave up because the partition must stop; the entry then stays pending.
-func (c *Consumer) handle(ctx, readCtx context.Context, p int, msg redis.XMessage, log *zap.Logger) bool {
-	job, err := queue.Decode(msg)
-	if err != nil {
-		// A job nobody can decode must never block the partition.
-		c.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
-		log.Error("malformed job dropped", zap.String("entry_id", msg.ID), zap.Error(err))
-		return c.ack(ctx, p, msg.ID, nil, log)
+	// decoded[i] is msgs[i]'s job, nil for an entry nobody can decode: it
+	// must never block the partition, so it is only acknowledged.
+	decoded := make([]*queuev1.DeliverJob, len(msgs))
+	jobs := make([]*queuev1.DeliverJob, 0, len(msgs))
+	for i, msg := range msgs {
+		job, err := queue.Decode(msg)
+		if err != nil {
+			c.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
+			log.Error("malformed job dropped", zap.String("entry_id", msg.ID), zap.Error(err))
+			continue
+		}
+		decoded[i] = job
+		jobs = append(jobs, job)
 	}
 	bo := backoff.New(50*time.Millisecond, 2*time.Second)
-	for {
-		err := c.proc.Process(ctx, p, job)
+	for len(jobs) > 0 {
+		err := c.process(ctx, p, jobs)
 		if err == nil {
 			break
 		}
 		c.m.RedisErrors.Inc()
-		log.Warn("process job, will retry", zap.String("entry_id", msg.ID), zap.Int64("msg_id", job.GetMsgId()), zap.Error(err))
+		log.Warn("process batch, will retry", zap.String("first_entry_id", msgs[0].ID), zap.Int("jobs", len(jobs)), zap.Error(err))
 		if !bo.Sleep(readCtx) {
 			return false
 		}
 	}
 	for {
-		// An armed "error" holds the job unacknowledged, as if Redis refused.
+		// An armed "error" holds the batch unacknowledged, as if Redis refused.
 		err := failpoint.Inject("deliver/job/beforeAck")
 		if err == nil {
 			break
@@ -228,7 +242,20 @@ func (c *Consumer) handle(ctx, readCtx context.Context, p int, msg redis.XMessag
 			return false
 		}
 	}
-	return c.ack(ctx, p, msg.ID, job, log)
+	return c.ack(ctx, p, msgs, decoded, log)
+}
+
+// process hands the batch to the processor, whole when it takes batches.
+func (c *Consumer) process(ctx context.Context, p int, jobs []*queuev1.DeliverJob) error {
+	if bp, ok := c.proc.(BatchProcessor); ok {
+		return bp.ProcessBatch(ctx, p, jobs)
+	}
+	for _, job := range jobs {
+		if err := c.proc.Process(ctx, p, job); err != nil {
+			return fmt.Errorf("consumer: job %d: %w", job.GetMsgId(), err)
+		}
+	}
+	return nil
 }
 
 // MarksDone reports whether a finished job leaves a done marker under its
@@ -243,29 +270,45 @@ func MarksDone(job *queuev1.DeliverJob) bool {
 	return k == queuev1.JobKind_JOB_KIND_MESSAGE || k == queuev1.JobKind_JOB_KIND_UNSPECIFIED
 }
 
-// ack marks the job done (a decoded MESSAGE job), acknowledges and deletes its entry,
-// in one transaction: the done key shares the stream's hash tag. The pushes
-// already went out, so it keeps retrying until ctx ends rather than leaving
-// the job for a second push by the next owner.
-func (c *Consumer) ack(ctx context.Context, p int, id string, job *queuev1.DeliverJob, log *zap.Logger) bool {
+// ackChunk bounds the entries of one ack transaction (each a SET, plus
+// one XACK and one XDEL for the chunk).
+const ackChunk = 500
+
+// ack marks the batch's decoded MESSAGE jobs done, acknowledges and
+// deletes its entries, in one transaction per ackChunk entries: the done
+// keys share the stream's hash tag. Every job of a chunk is finished, so a
+// crash between chunks leaves only finished jobs acknowledged. The pushes
+// already went out, so it keeps retrying until ctx ends rather than
+// leaving the jobs for a second push by the next owner.
+func (c *Consumer) ack(ctx context.Context, p int, msgs []redis.XMessage, jobs []*queuev1.DeliverJob, log *zap.Logger) bool {
 	stream := rediskey.Deliver(p)
 	bo := backoff.New(50*time.Millisecond, 2*time.Second)
-	for {
-		_, err := c.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
-			if MarksDone(job) {
-				tx.Set(ctx, rediskey.DeliverDone(p, job.GetMsgId()), 1, DoneTTL)
-			}
-			tx.XAck(ctx, stream, rediskey.DeliverGroup, id)
-			tx.XDel(ctx, stream, id)
-			return nil
-		})
-		if err == nil {
-			return true
+	for lo := 0; lo < len(msgs); lo += ackChunk {
+		hi := min(lo+ackChunk, len(msgs))
+		ids := make([]string, 0, hi-lo)
+		for _, m := range msgs[lo:hi] {
+			ids = append(ids, m.ID)
 		}
-		c.m.RedisErrors.Inc()
-		log.Warn("ack job, will retry", zap.String("entry_id", id), zap.Error(err))
-		if !bo.Sleep(ctx) {
-			return false
+		for {
+			_, err := c.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
+				for _, job := range jobs[lo:hi] {
+					if MarksDone(job) {
+						tx.Set(ctx, rediskey.DeliverDone(p, job.GetMsgId()), 1, DoneTTL)
+					}
+				}
+				tx.XAck(ctx, stream, rediskey.DeliverGroup, ids...)
+				tx.XDel(ctx, stream, ids...)
+				return nil
+			})
+			if err == nil {
+				break
+			}
+			c.m.RedisErrors.Inc()
+			log.Warn("ack batch, will retry", zap.String("first_entry_id", ids[0]), zap.Int("entries", len(ids)), zap.Error(err))
+			if !bo.Sleep(ctx) {
+				return false
+			}
 		}
 	}
+	return true
 }

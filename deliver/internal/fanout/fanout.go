@@ -14,12 +14,15 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
@@ -126,10 +129,6 @@ const MailboxMissedMessage = 5
 // logic outage then costs a partition one bounded wait, not one per job.
 const mailboxPause = time.Second
 
-// listParallel bounds the concurrent list scripts of one job (a group
-// message has many recipients; each script is one round trip).
-const listParallel = 16
-
 // Fanout processes jobs. It is safe for concurrent use by partition workers.
 type Fanout struct {
 	rdb         redis.Cmdable
@@ -157,76 +156,165 @@ func New(rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Durat
 	}
 }
 
-// Process handles one job. A returned error is a Redis failure before any
-// push was sent; the caller retries the job later. Push and mailbox
-// failures are not errors.
+// Process handles one job: a batch of one.
 func (f *Fanout) Process(ctx context.Context, partition int, job *queuev1.DeliverJob) error {
-	if err := failpoint.Inject("deliver/job/beforePush"); err != nil {
-		return err
-	}
-	if ms := job.GetEnqueuedAtMs(); ms > 0 {
-		f.m.QueueLag.Observe(time.Since(time.UnixMilli(ms)).Seconds())
-	}
-	log := f.log.With(zap.Int64("msg_id", job.GetMsgId()), zap.Int64("conversation_id", job.GetConversationId()), zap.Int("partition", partition))
-	switch job.GetKind() {
-	case queuev1.JobKind_JOB_KIND_MESSAGE, queuev1.JobKind_JOB_KIND_UNSPECIFIED:
-		return f.message(ctx, log, partition, job)
-	case queuev1.JobKind_JOB_KIND_SIGNAL:
-		return f.signal(ctx, log, job)
-	default:
-		// A newer logic may enqueue kinds this deliver does not know; pushing
-		// them as MESSAGE would show garbage, and sync still has the truth.
-		f.m.Jobs.WithLabelValues(metrics.ResultUnknown).Inc()
-		log.Warn("unknown job kind, dropped", zap.Int32("kind", int32(job.GetKind())))
-		return nil
-	}
+	return f.ProcessBatch(ctx, partition, []*queuev1.DeliverJob{job})
 }
 
-// message fans out a MESSAGE job: done marker, every recipient's list,
-// pushes, then mailbox events for the pushes no live connection took.
-func (f *Fanout) message(ctx context.Context, log *zap.Logger, partition int, job *queuev1.DeliverJob) error {
-	n, err := f.rdb.Exists(ctx, rediskey.DeliverDone(partition, job.GetMsgId())).Result()
-	if err != nil {
-		return fmt.Errorf("fanout: check done marker: %w", err)
+// jobLog is the logger of one job. It is built only when something is
+// logged: zap's With encodes its fields at once, which is most of a job's
+// CPU when nothing goes wrong.
+func (f *Fanout) jobLog(partition int, job *queuev1.DeliverJob) *zap.Logger {
+	return f.log.With(zap.Int64("msg_id", job.GetMsgId()), zap.Int64("conversation_id", job.GetConversationId()), zap.Int("partition", partition))
+}
+
+// task is one job of a batch on its way through ProcessBatch.
+type task struct {
+	job     *queuev1.DeliverJob
+	command uint32
+	message bool
+	// skip marks a job with nothing to do (duplicate, invalid, unknown).
+	skip   bool
+	body   []byte
+	missed []Target
+}
+
+// ProcessBatch handles a partition's jobs, in stream order, as the jobs
+// one by one would be handled, with a few round trips for the whole batch:
+// one pipeline for done markers and routes, one for every list update, one
+// PushBatch per gate. A returned error is a Redis failure (or an armed
+// failpoint) before any push was sent; the caller retries the whole batch,
+// which is safe because list updates skip ids they applied. Push and
+// mailbox failures are not errors.
+func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev1.DeliverJob) error {
+	tasks := make([]task, len(jobs))
+	for i, job := range jobs {
+		if err := failpoint.Inject("deliver/job/beforePush"); err != nil {
+			return err
+		}
+		if ms := job.GetEnqueuedAtMs(); ms > 0 {
+			f.m.QueueLag.Observe(time.Since(time.UnixMilli(ms)).Seconds())
+		}
+		t := &tasks[i]
+		t.job = job
+		switch job.GetKind() {
+		case queuev1.JobKind_JOB_KIND_MESSAGE, queuev1.JobKind_JOB_KIND_UNSPECIFIED:
+			t.message, t.command = true, uint32(protocol.CmdMessage)
+		case queuev1.JobKind_JOB_KIND_SIGNAL:
+			// Signals carry their command; logic already invalidated the
+			// list entries they concern, and they get no done marker (the
+			// msg_id names the message they are about).
+			t.command = job.GetCommand()
+			if t.command == 0 || t.command > 0xFFFF {
+				f.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
+				f.jobLog(partition, job).Warn("signal job without a valid command, dropped", zap.Uint32("command", t.command))
+				t.skip = true
+			}
+		default:
+			// A newer logic may enqueue kinds this deliver does not know;
+			// pushing them as MESSAGE would show garbage, and sync still has
+			// the truth.
+			f.m.Jobs.WithLabelValues(metrics.ResultUnknown).Inc()
+			f.jobLog(partition, job).Warn("unknown job kind, dropped", zap.Int32("kind", int32(job.GetKind())))
+			t.skip = true
+		}
 	}
-	if n > 0 {
-		f.m.Jobs.WithLabelValues(metrics.ResultDuplicate).Inc()
-		log.Debug("job already delivered")
-		return nil
+
+	routes, err := f.lookup(ctx, partition, tasks)
+	if err != nil {
+		return err
 	}
 	// Lists first: a client that gets the push and syncs at once must find
-	// the conversation changed. A job pushed but not acknowledged comes back
-	// here; the script skips ids it applied, so nothing counts twice.
-	if err := f.applyLists(ctx, log, job); err != nil {
+	// the conversation changed.
+	if err := f.applyLists(ctx, partition, tasks); err != nil {
 		return err
 	}
-	if err := failpoint.Inject("deliver/job/afterList"); err != nil {
+	for i := range tasks {
+		if tasks[i].message && !tasks[i].skip {
+			if err := failpoint.Inject("deliver/job/afterList"); err != nil {
+				return err
+			}
+		}
+	}
+	if err := f.fanOut(ctx, partition, tasks, routes); err != nil {
 		return err
 	}
-	missed, err := f.fanOut(ctx, log, job, uint32(protocol.CmdMessage))
-	if err != nil {
-		return err
+	var events []*logicv1.MailboxEvent
+	for i := range tasks {
+		t := &tasks[i]
+		switch {
+		case t.skip:
+		case t.message:
+			f.m.Jobs.WithLabelValues(metrics.ResultPushed).Inc()
+			events = f.missedEvents(partition, events, t.job, t.missed)
+		default:
+			f.m.Jobs.WithLabelValues(metrics.ResultSignal).Inc()
+		}
 	}
-	f.m.Jobs.WithLabelValues(metrics.ResultPushed).Inc()
-	f.recordMissed(ctx, log, job, missed)
+	f.recordMissed(ctx, events)
 	return nil
 }
 
-// signal pushes a SIGNAL job's command; logic already invalidated the list
-// entries it concerns, and there is no done marker (its msg_id names the
-// message it is about, not the job).
-func (f *Fanout) signal(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob) error {
-	cmd := job.GetCommand()
-	if cmd == 0 || cmd > 0xFFFF {
-		f.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
-		log.Warn("signal job without a valid command, dropped", zap.Uint32("command", cmd))
-		return nil
+// pipelineChunk bounds the commands of one pipeline, so a batch of large
+// groups never builds one unbounded request and reply in memory.
+const pipelineChunk = 512
+
+// lookup marks the batch's MESSAGE jobs already delivered (done marker, or
+// an earlier job of the batch with the same msg_id: a client retry enqueued
+// it twice) as skipped, and reads the routes of every recipient of the
+// batch, in one pipeline (chunked).
+func (f *Fanout) lookup(ctx context.Context, partition int, tasks []task) (map[int64]map[string]string, error) {
+	var uids []int64
+	seenUID := make(map[int64]struct{})
+	var checks []int // indexes of tasks whose done marker is read
+	for i := range tasks {
+		t := &tasks[i]
+		if t.skip {
+			continue
+		}
+		if t.message {
+			checks = append(checks, i)
+		}
+		for _, uid := range Recipients(t.job) {
+			if _, ok := seenUID[uid]; !ok {
+				seenUID[uid] = struct{}{}
+				uids = append(uids, uid)
+			}
+		}
 	}
-	if _, err := f.fanOut(ctx, log, job, cmd); err != nil {
-		return err
+	exists := make([]*redis.IntCmd, len(checks))
+	hgets := make([]*redis.MapStringStringCmd, len(uids))
+	for lo := 0; lo < len(checks)+len(uids); lo += pipelineChunk {
+		hi := min(lo+pipelineChunk, len(checks)+len(uids))
+		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for k := lo; k < hi; k++ {
+				if k < len(checks) {
+					exists[k] = p.Exists(ctx, rediskey.DeliverDone(partition, tasks[checks[k]].job.GetMsgId()))
+				} else {
+					hgets[k-len(checks)] = p.HGetAll(ctx, rediskey.Route(uids[k-len(checks)]))
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fanout: read done markers and routes: %w", err)
+		}
 	}
-	f.m.Jobs.WithLabelValues(metrics.ResultSignal).Inc()
-	return nil
+	seenMsg := make(map[int64]struct{}, len(checks))
+	for k, i := range checks {
+		t := &tasks[i]
+		_, dup := seenMsg[t.job.GetMsgId()]
+		seenMsg[t.job.GetMsgId()] = struct{}{}
+		if dup || exists[k].Val() > 0 {
+			t.skip = true
+			f.m.Jobs.WithLabelValues(metrics.ResultDuplicate).Inc()
+		}
+	}
+	routes := make(map[int64]map[string]string, len(uids))
+	for k, uid := range uids {
+		routes[uid] = hgets[k].Val()
+	}
+	return routes, nil
 }
 
 // pushData is what deliver reads of a MESSAGE push's data
@@ -240,11 +328,14 @@ type pushData struct {
 // preview builds the job's list preview and the message time. Undecodable
 // push data still updates the lists (unread and order matter more than the
 // preview text), with an empty text.
-func (f *Fanout) preview(log *zap.Logger, job *queuev1.DeliverJob) (dialog.Preview, int64) {
+func (f *Fanout) preview(partition int, job *queuev1.DeliverJob) (dialog.Preview, int64) {
 	var d pushData
-	if len(job.GetPushData()) > 0 {
+	// Media previews are placeholders: when the job carries the type and
+	// time, its push data is not read at all.
+	need := job.GetMessageType() == 0 || job.GetCreatedAtMs() == 0 || dialog.PreviewText(int(job.GetMessageType()), "") == ""
+	if need && len(job.GetPushData()) > 0 {
 		if err := json.Unmarshal(job.GetPushData(), &d); err != nil {
-			log.Warn("push data is not a message, preview without text", zap.Error(err))
+			f.jobLog(partition, job).Warn("push data is not a message, preview without text", zap.Error(err))
 		}
 	}
 	var content struct {
@@ -271,209 +362,376 @@ func (f *Fanout) preview(log *zap.Logger, job *queuev1.DeliverJob) (dialog.Previ
 	}, at
 }
 
-// applyLists applies the message to every recipient's conversation list,
-// concurrently (each call is one atomic script). Any failure fails the job
-// so it is retried whole; the scripts already run are idempotent.
-func (f *Fanout) applyLists(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob) error {
-	uids := Recipients(job)
-	if len(uids) == 0 {
-		return nil
+// listUpdate is one dialog.ApplyMessage of a batch.
+type listUpdate struct {
+	uid, cid, msgID, at int64
+	count               bool
+	preview             dialog.Preview
+}
+
+// applyLists applies every MESSAGE job of the batch to every recipient's
+// conversation list, in stream order, in pipelines of pipelineChunk
+// scripts. Redis runs a pipeline in order, so this is what the calls one
+// after another would do. Any failure fails the batch so it is retried
+// whole; the scripts already run skip the ids they applied.
+func (f *Fanout) applyLists(ctx context.Context, partition int, tasks []task) error {
+	var ups []listUpdate
+	for i := range tasks {
+		t := &tasks[i]
+		if !t.message || t.skip {
+			continue
+		}
+		uids := Recipients(t.job)
+		if len(uids) == 0 {
+			continue
+		}
+		p, at := f.preview(partition, t.job)
+		for _, uid := range uids {
+			ups = append(ups, listUpdate{uid: uid, cid: t.job.GetConversationId(), msgID: t.job.GetMsgId(), at: at,
+				count: uid != t.job.GetSenderId(), preview: p})
+		}
 	}
-	p, at := f.preview(log, job)
-	errs := make([]error, len(uids))
-	sem := make(chan struct{}, listParallel)
-	var wg sync.WaitGroup
-	for i, uid := range uids {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			applied, err := dialog.ApplyMessage(ctx, f.rdb, uid, job.GetConversationId(), job.GetMsgId(), at, uid != job.GetSenderId(), p)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			if applied {
-				f.m.ListUpdates.WithLabelValues(metrics.ListApplied).Inc()
-			} else {
-				f.m.ListUpdates.WithLabelValues(metrics.ListSkipped).Inc()
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("fanout: update conversation lists: %w", err)
+	for lo := 0; lo < len(ups); lo += pipelineChunk {
+		if err := f.applyChunk(ctx, ups[lo:min(lo+pipelineChunk, len(ups))]); err != nil {
+			return fmt.Errorf("fanout: update conversation lists: %w", err)
+		}
 	}
 	return nil
 }
 
-// fanOut pushes command with the job's data to every routed device of the
-// recipients except the sending one. It returns the targets a live gate
-// could not take: the ones it dropped (outbound queue full) and all of a
-// gate whose Push failed. An error is a Redis failure before any push.
-func (f *Fanout) fanOut(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob, command uint32) ([]Target, error) {
-	routes, err := f.lookupRoutes(ctx, Recipients(job))
-	if err != nil {
-		return nil, err
+func (f *Fanout) applyChunk(ctx context.Context, ups []listUpdate) error {
+	pipe := f.rdb.Pipeline()
+	sc := &pipeScripter{Pipeliner: pipe}
+	for _, u := range ups {
+		if _, err := dialog.ApplyMessage(ctx, sc, u.uid, u.cid, u.msgID, u.at, u.count, u.preview); err != nil {
+			return err
+		}
 	}
-	targets, malformed := SelectTargets(job, routes)
-	for _, s := range malformed {
-		log.Warn("malformed route entry removed", zap.Int64("user_id", s.UserID), zap.String("device_id", s.DeviceID))
-		f.removeRoute(ctx, log, s)
+	// Per-command errors are read below; Exec's error is the first of them.
+	_, _ = pipe.Exec(ctx)
+	noScript := false
+	for _, c := range sc.cmds {
+		if isNoScript(c.Err()) {
+			noScript = true
+			continue
+		}
+		if c.Err() != nil {
+			return c.Err()
+		}
 	}
-	groups := GroupByGate(targets)
+	if noScript {
+		// Redis lost its script cache (restart, SCRIPT FLUSH). Run the chunk
+		// again call by call, in order: the first call loads the script
+		// (EVAL) and the calls that did run skip their applied ids.
+		for _, u := range ups {
+			applied, err := dialog.ApplyMessage(ctx, f.rdb, u.uid, u.cid, u.msgID, u.at, u.count, u.preview)
+			if err != nil {
+				return err
+			}
+			f.countList(applied)
+		}
+		return nil
+	}
+	for _, c := range sc.cmds {
+		n, err := c.Int()
+		if err != nil {
+			return fmt.Errorf("apply message result: %w", err)
+		}
+		f.countList(n == 1)
+	}
+	return nil
+}
+
+func (f *Fanout) countList(applied bool) {
+	if applied {
+		f.m.ListUpdates.WithLabelValues(metrics.ListApplied).Inc()
+	} else {
+		f.m.ListUpdates.WithLabelValues(metrics.ListSkipped).Inc()
+	}
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (errors.Is(err, redis.ErrNoScript) || strings.HasPrefix(err.Error(), "NOSCRIPT"))
+}
+
+// pipeScripter queues the scripts pkg/dialog runs on a pipeline and keeps
+// their commands, so one round trip carries many ApplyMessage calls with
+// the very scripts dialog owns. Each EVALSHA is answered at once with a
+// placeholder 0, which dialog reads as its result; the real results are
+// read from the kept commands after Exec. Eval is never reached: a
+// queued EVALSHA carries no NOSCRIPT error for Script.Run to fall back on.
+type pipeScripter struct {
+	redis.Pipeliner
+	cmds []*redis.Cmd
+}
+
+func (s *pipeScripter) EvalSha(ctx context.Context, sha1 string, keys []string, args ...any) *redis.Cmd {
+	s.cmds = append(s.cmds, s.Pipeliner.EvalSha(ctx, sha1, keys, args...))
+	placeholder := redis.NewCmd(ctx)
+	placeholder.SetVal(int64(0))
+	return placeholder
+}
+
+// gateItem is one job's targets on one gate.
+type gateItem struct {
+	task    int
+	targets []Target
+}
+
+// gateWork is everything a batch sends to one gate, in stream order.
+type gateWork struct {
+	gateID, addr string
+	items        []gateItem
+}
+
+// fanOut pushes each job's command to every routed device of its
+// recipients except the sending one, with one PushBatch per gate holding
+// the jobs in stream order (so one device gets them in order); gates are
+// called in parallel. It records in each task the targets a live gate
+// could not take: the ones it dropped and all of a gate whose call failed.
+// An error is a Redis failure before any push.
+func (f *Fanout) fanOut(ctx context.Context, partition int, tasks []task, routes map[int64]map[string]string) error {
+	stale := newStaleSet()
+	var order []string
+	byGate := make(map[string]*gateWork)
+	for i := range tasks {
+		t := &tasks[i]
+		if t.skip {
+			continue
+		}
+		targets, malformed := SelectTargets(t.job, routes)
+		for _, s := range malformed {
+			if stale.add(s) {
+				f.log.Warn("malformed route entry removed", zap.Int64("user_id", s.UserID), zap.String("device_id", s.DeviceID))
+			}
+		}
+		for _, tg := range targets {
+			w := byGate[tg.Entry.GateID]
+			if w == nil {
+				w = &gateWork{gateID: tg.Entry.GateID}
+				byGate[tg.Entry.GateID] = w
+				order = append(order, tg.Entry.GateID)
+			}
+			if n := len(w.items); n > 0 && w.items[n-1].task == i {
+				w.items[n-1].targets = append(w.items[n-1].targets, tg)
+			} else {
+				w.items = append(w.items, gateItem{task: i, targets: []Target{tg}})
+			}
+		}
+	}
 
 	// Resolve every gate before pushing anything, so a Redis failure here is
-	// retried as a whole job without double pushes.
-	type gateBatch struct {
-		gateID, addr string
-		targets      []Target
-	}
-	batches := make([]gateBatch, 0, len(groups))
-	for gateID, ts := range groups {
-		addr, err := f.gates.Addr(ctx, gateID)
+	// retried as a whole batch without double pushes.
+	works := make([]*gateWork, 0, len(order))
+	for _, g := range order {
+		w := byGate[g]
+		addr, err := f.gates.Addr(ctx, g)
 		if errors.Is(err, gateclient.ErrGateGone) {
-			// A dead gate's devices are offline, not missed: sync brings
-			// the message.
-			log.Info("gate gone, removing its routes", zap.String("gate_id", gateID), zap.Int("targets", len(ts)))
-			for _, t := range ts {
-				f.removeRoute(ctx, log, Stale{UserID: t.UserID, DeviceID: t.DeviceID, Raw: t.Raw})
+			// A dead gate's devices are offline, not missed: sync brings the
+			// message.
+			f.log.Info("gate gone, removing its routes", zap.String("gate_id", g), zap.Int("jobs", len(w.items)))
+			for _, it := range w.items {
+				for _, t := range it.targets {
+					stale.add(Stale{UserID: t.UserID, DeviceID: t.DeviceID, Raw: t.Raw})
+				}
 			}
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("fanout: %w", err)
+			return fmt.Errorf("fanout: %w", err)
 		}
-		batches = append(batches, gateBatch{gateID: gateID, addr: addr, targets: ts})
+		w.addr = addr
+		works = append(works, w)
 	}
-	if len(batches) == 0 {
-		return nil, nil
+	for _, w := range works {
+		for _, it := range w.items {
+			if t := &tasks[it.task]; t.body == nil {
+				t.body = envelope.OK(f.ids.Next(), t.job.GetPushData())
+			}
+		}
 	}
-
-	body := envelope.OK(f.ids.Next(), job.GetPushData())
 	var (
-		mu     sync.Mutex
-		missed []Target
-		wg     sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
-	for _, b := range batches {
+	for _, w := range works {
 		wg.Go(func() {
-			m := f.push(ctx, log, b.gateID, b.addr, command, body, b.targets)
-			if len(m) > 0 {
-				mu.Lock()
-				missed = append(missed, m...)
-				mu.Unlock()
+			missed, missing := f.pushGate(ctx, partition, w, tasks)
+			mu.Lock()
+			defer mu.Unlock()
+			for k, m := range missed {
+				tasks[w.items[k].task].missed = append(tasks[w.items[k].task].missed, m...)
+			}
+			for _, s := range missing {
+				stale.add(s)
 			}
 		})
 	}
 	wg.Wait()
-	return missed, nil
+	for _, s := range stale.list {
+		f.removeRoute(ctx, f.log, s)
+	}
+	return nil
 }
 
-// recordMissed appends one MISSED_MESSAGE mailbox event per missed target,
-// in one call per job. Failures are logged and counted only: the device's
-// next sync finds the message anyway, and the partition must move on.
-func (f *Fanout) recordMissed(ctx context.Context, log *zap.Logger, job *queuev1.DeliverJob, missed []Target) {
-	if len(missed) == 0 || f.mailbox == nil {
-		return
+// staleSet collects the route entries to remove once per batch: later jobs
+// of a batch see the same stale entries as the first.
+type staleSet struct {
+	seen map[Stale]struct{}
+	list []Stale
+}
+
+func newStaleSet() *staleSet { return &staleSet{seen: make(map[Stale]struct{})} }
+
+func (s *staleSet) add(st Stale) bool {
+	if _, ok := s.seen[st]; ok {
+		return false
 	}
-	if time.Now().UnixNano() < f.mailboxPausedUntil.Load() {
-		f.m.MailboxEvents.WithLabelValues(metrics.MailboxSkipped).Add(float64(len(missed)))
-		log.Debug("mailbox paused after a failure, missed pushes not recorded", zap.Int("targets", len(missed)))
-		return
+	s.seen[st] = struct{}{}
+	s.list = append(s.list, st)
+	return true
+}
+
+// missedEvents appends one MISSED_MESSAGE mailbox event per missed target
+// of a MESSAGE job.
+func (f *Fanout) missedEvents(partition int, events []*logicv1.MailboxEvent, job *queuev1.DeliverJob, missed []Target) []*logicv1.MailboxEvent {
+	if len(missed) == 0 || f.mailbox == nil {
+		return events
 	}
 	payload, err := json.Marshal(struct {
 		ConversationID jsonid.ID `json:"conversation_id"`
 		MsgID          jsonid.ID `json:"msg_id"`
 	}{jsonid.ID(job.GetConversationId()), jsonid.ID(job.GetMsgId())})
 	if err != nil {
-		log.Error("encode mailbox payload", zap.Error(err))
-		return
+		f.jobLog(partition, job).Error("encode mailbox payload", zap.Error(err))
+		return events
 	}
-	events := make([]*logicv1.MailboxEvent, len(missed))
-	for i, t := range missed {
-		events[i] = &logicv1.MailboxEvent{
+	for _, t := range missed {
+		events = append(events, &logicv1.MailboxEvent{
 			UserId: t.UserID, DeviceId: t.DeviceID, EventType: MailboxMissedMessage,
 			ConversationId: job.GetConversationId(), MsgId: job.GetMsgId(), Payload: payload,
-		}
+		})
 	}
-	if _, err := f.mailbox.AppendMailbox(ctx, events); err != nil {
-		f.mailboxPausedUntil.Store(time.Now().Add(mailboxPause).UnixNano())
-		f.m.MailboxEvents.WithLabelValues(metrics.MailboxFailed).Add(float64(len(events)))
-		log.Warn("record missed pushes in the mailbox", zap.Int("events", len(events)), zap.Error(err))
-		return
-	}
-	f.m.MailboxEvents.WithLabelValues(metrics.MailboxAppended).Add(float64(len(events)))
+	return events
 }
 
-func (f *Fanout) lookupRoutes(ctx context.Context, uids []int64) (map[int64]map[string]string, error) {
-	if len(uids) == 0 {
-		return nil, nil
-	}
-	cmds := make([]*redis.MapStringStringCmd, len(uids))
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, uid := range uids {
-			cmds[i] = p.HGetAll(ctx, rediskey.Route(uid))
+// mailboxChunk bounds the events of one AppendMailbox call.
+const mailboxChunk = 512
+
+// recordMissed appends the batch's MISSED_MESSAGE events, in one call per
+// batch (chunked). Failures are logged and counted only: the device's next
+// sync finds the message anyway, and the partition must move on.
+func (f *Fanout) recordMissed(ctx context.Context, events []*logicv1.MailboxEvent) {
+	for lo := 0; lo < len(events); lo += mailboxChunk {
+		chunk := events[lo:min(lo+mailboxChunk, len(events))]
+		if time.Now().UnixNano() < f.mailboxPausedUntil.Load() {
+			f.m.MailboxEvents.WithLabelValues(metrics.MailboxSkipped).Add(float64(len(chunk)))
+			f.log.Debug("mailbox paused after a failure, missed pushes not recorded", zap.Int("targets", len(chunk)))
+			continue
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("fanout: read routes: %w", err)
+		if _, err := f.mailbox.AppendMailbox(ctx, chunk); err != nil {
+			f.mailboxPausedUntil.Store(time.Now().Add(mailboxPause).UnixNano())
+			f.m.MailboxEvents.WithLabelValues(metrics.MailboxFailed).Add(float64(len(chunk)))
+			f.log.Warn("record missed pushes in the mailbox", zap.Int("events", len(chunk)), zap.Error(err))
+			continue
+		}
+		f.m.MailboxEvents.WithLabelValues(metrics.MailboxAppended).Add(float64(len(chunk)))
 	}
-	out := make(map[int64]map[string]string, len(uids))
-	for i, uid := range uids {
-		out[uid] = cmds[i].Val()
-	}
-	return out, nil
 }
 
-// push sends one Push to a gate and returns the targets it could not hand
-// to a live connection (dropped, or all of them when the RPC failed).
-// Targets it reports missing are offline: their routes are removed.
-func (f *Fanout) push(ctx context.Context, log *zap.Logger, gateID, addr string, command uint32, body []byte, ts []Target) []Target {
-	log = log.With(zap.String("gate_id", gateID), zap.String("push_addr", addr))
-	cli, err := f.gates.Client(addr)
+// pushGate sends a batch's items for one gate in one PushBatch and returns,
+// per item, the targets it could not hand to a live connection (dropped, or
+// all of them when the call failed), and the targets it reported missing
+// (offline: their routes are removed).
+func (f *Fanout) pushGate(ctx context.Context, partition int, w *gateWork, tasks []task) (missed [][]Target, missing []Stale) {
+	log := f.log.With(zap.String("gate_id", w.gateID), zap.String("push_addr", w.addr), zap.Int("partition", partition))
+	missed = make([][]Target, len(w.items))
+	failAll := func() {
+		for k, it := range w.items {
+			missed[k] = it.targets
+		}
+	}
+	cli, err := f.gates.Client(w.addr)
 	if err != nil {
 		f.m.PushErrors.Inc()
 		log.Warn("push client", zap.Error(err))
-		return ts
+		failAll()
+		return missed, nil
 	}
-	req := &gatev1.PushRequest{Command: command, Body: body, Targets: make([]*gatev1.Target, len(ts))}
-	byKey := make(map[targetKey]Target, len(ts))
-	for i, t := range ts {
-		req.Targets[i] = &gatev1.Target{ConnId: t.Entry.ConnID, UserId: t.UserID, DeviceId: t.DeviceID}
-		byKey[targetKey{t.Entry.ConnID, t.UserID, t.DeviceID}] = t
+	req := &gatev1.PushBatchRequest{Items: make([]*gatev1.PushRequest, len(w.items))}
+	for k, it := range w.items {
+		t := &tasks[it.task]
+		item := &gatev1.PushRequest{Command: t.command, Body: t.body, Targets: make([]*gatev1.Target, len(it.targets))}
+		for j, tg := range it.targets {
+			item.Targets[j] = &gatev1.Target{ConnId: tg.Entry.ConnID, UserId: tg.UserID, DeviceId: tg.DeviceID}
+		}
+		req.Items[k] = item
 	}
 	pctx, cancel := context.WithTimeout(ctx, f.pushTimeout)
 	defer cancel()
 	start := time.Now()
-	reply, err := cli.Push(pctx, req)
+	replies, err := pushBatch(pctx, cli, req)
 	f.m.PushSeconds.Observe(time.Since(start).Seconds())
+	if err == nil && len(replies) != len(w.items) {
+		err = fmt.Errorf("gate answered %d replies for %d items", len(replies), len(w.items))
+	}
 	if err != nil {
 		// The gate may have moved, so look its address up again next time.
 		// Whether it wrote any frame is unknown: every target counts as
 		// missed, and a duplicate is de-duplicated by msg_id on the client.
 		f.m.PushErrors.Inc()
-		f.gates.Forget(gateID)
-		log.Warn("push failed, targets treated as missed", zap.Int("targets", len(ts)), zap.Error(err))
-		return ts
+		f.gates.Forget(w.gateID)
+		log.Warn("push failed, targets treated as missed", zap.Int("jobs", len(w.items)), zap.Error(err))
+		failAll()
+		return missed, nil
 	}
-	f.m.Delivered.Add(float64(reply.GetDelivered()))
-	f.m.Dropped.Add(float64(len(reply.GetDropped())))
-	var missed []Target
-	for _, dt := range reply.GetDropped() {
-		if t, ok := byKey[targetKey{dt.GetConnId(), dt.GetUserId(), dt.GetDeviceId()}]; ok {
-			missed = append(missed, t)
+	for k, it := range w.items {
+		reply := replies[k]
+		f.m.Delivered.Add(float64(reply.GetDelivered()))
+		f.m.Dropped.Add(float64(len(reply.GetDropped())))
+		if len(reply.GetDropped()) == 0 && len(reply.GetMissing()) == 0 {
+			continue
+		}
+		byKey := make(map[targetKey]Target, len(it.targets))
+		for _, t := range it.targets {
+			byKey[targetKey{t.Entry.ConnID, t.UserID, t.DeviceID}] = t
+		}
+		for _, dt := range reply.GetDropped() {
+			if t, ok := byKey[targetKey{dt.GetConnId(), dt.GetUserId(), dt.GetDeviceId()}]; ok {
+				missed[k] = append(missed[k], t)
+			}
+		}
+		for _, mt := range reply.GetMissing() {
+			f.m.Missing.Inc()
+			t, ok := byKey[targetKey{mt.GetConnId(), mt.GetUserId(), mt.GetDeviceId()}]
+			if !ok {
+				continue // not one we asked for: never delete on a gate's word alone
+			}
+			missing = append(missing, Stale{UserID: t.UserID, DeviceID: t.DeviceID, Raw: t.Raw})
 		}
 	}
-	for _, mt := range reply.GetMissing() {
-		f.m.Missing.Inc()
-		t, ok := byKey[targetKey{mt.GetConnId(), mt.GetUserId(), mt.GetDeviceId()}]
-		if !ok {
-			continue // not one we asked for: never delete on a gate's word alone
-		}
-		f.removeRoute(ctx, log, Stale{UserID: t.UserID, DeviceID: t.DeviceID, Raw: t.Raw})
+	return missed, missing
+}
+
+// pushBatch calls PushBatch, or, on a gate older than it (Unimplemented:
+// nothing was written), the items one Push at a time in order.
+func pushBatch(ctx context.Context, cli gatev1.PushClient, req *gatev1.PushBatchRequest) ([]*gatev1.PushReply, error) {
+	reply, err := cli.PushBatch(ctx, req)
+	if err == nil {
+		return reply.GetReplies(), nil
 	}
-	return missed
+	if status.Code(err) != codes.Unimplemented {
+		return nil, fmt.Errorf("push batch: %w", err)
+	}
+	out := make([]*gatev1.PushReply, len(req.GetItems()))
+	for i, item := range req.GetItems() {
+		r, err := cli.Push(ctx, item)
+		if err != nil {
+			return nil, fmt.Errorf("push item %d of %d: %w", i, len(out), err)
+		}
+		out[i] = r
+	}
+	return out, nil
 }
 
 type targetKey struct {

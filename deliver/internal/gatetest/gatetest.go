@@ -1,6 +1,6 @@
 // Package gatetest holds deliver's test fakes: a gate Push server that
 // records every Push and answers with the targets it was told are missing
-// or dropped, and a logic Internal server that records mailbox events.
+// or dropped (Push and PushBatch), and a logic Internal server that records mailbox events.
 package gatetest
 
 import (
@@ -30,6 +30,7 @@ type Gate struct {
 
 	mu      sync.Mutex
 	pushes  []*gatev1.PushRequest
+	batches []*gatev1.PushBatchRequest
 	missing map[uint64]bool
 	dropped map[uint64]bool
 	fail    bool
@@ -80,9 +81,37 @@ func (g *Gate) SetFail(fail bool) {
 // Push records the request.
 func (g *Gate) Push(_ context.Context, req *gatev1.PushRequest) (*gatev1.PushReply, error) {
 	g.mu.Lock()
+	reply, err := g.pushLocked(req)
+	g.mu.Unlock()
+	g.notifyPush()
+	return reply, err
+}
+
+// PushBatch records the batch and each of its items as a push, and answers
+// every item like Push.
+func (g *Gate) PushBatch(_ context.Context, req *gatev1.PushBatchRequest) (*gatev1.PushBatchReply, error) {
+	g.mu.Lock()
+	g.batches = append(g.batches, req)
+	out := &gatev1.PushBatchReply{}
+	var err error
+	for _, item := range req.GetItems() {
+		var r *gatev1.PushReply
+		if r, err = g.pushLocked(item); err != nil {
+			out = nil
+			continue
+		}
+		if out != nil {
+			out.Replies = append(out.Replies, r)
+		}
+	}
+	g.mu.Unlock()
+	g.notifyPush()
+	return out, err
+}
+
+func (g *Gate) pushLocked(req *gatev1.PushRequest) (*gatev1.PushReply, error) {
 	g.pushes = append(g.pushes, req)
 	if g.fail {
-		g.mu.Unlock()
 		return nil, status.Error(codes.Unavailable, "gatetest: failing")
 	}
 	reply := &gatev1.PushReply{}
@@ -96,12 +125,21 @@ func (g *Gate) Push(_ context.Context, req *gatev1.PushRequest) (*gatev1.PushRep
 			reply.Delivered++
 		}
 	}
-	g.mu.Unlock()
+	return reply, nil
+}
+
+func (g *Gate) notifyPush() {
 	select {
 	case g.notify <- struct{}{}:
 	default:
 	}
-	return reply, nil
+}
+
+// Batches returns the recorded PushBatch requests.
+func (g *Gate) Batches() []*gatev1.PushBatchRequest {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return append([]*gatev1.PushBatchRequest(nil), g.batches...)
 }
 
 // Pushes returns the recorded requests.
