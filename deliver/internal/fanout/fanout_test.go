@@ -585,3 +585,152 @@ func TestMissedPushesGoToMailbox(t *testing.T) {
 		t.Fatalf("skipped metric %v", v)
 	}
 }
+
+// pushedIDs returns the msg_id of every item's push data, in item order.
+func pushedIDs(t *testing.T, items []*gatev1.PushRequest) (ids []int64, convs []int64) {
+	t.Helper()
+	for _, it := range items {
+		var env envelope.Response
+		var d struct {
+			MsgID          string `json:"msg_id"`
+			ConversationID string `json:"conversation_id"`
+		}
+		if err := json.Unmarshal(it.GetBody(), &env); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(env.Data, &d); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := strconv.ParseInt(d.MsgID, 10, 64)
+		cid, _ := strconv.ParseInt(d.ConversationID, 10, 64)
+		ids, convs = append(ids, id), append(convs, cid)
+	}
+	return ids, convs
+}
+
+func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	g2 := gatetest.Start(t, rdb, "g2", secret)
+	// Conversation c (1..3) is between user 1 and user c+1. User 1 sends
+	// from "phone" and also has "laptop"; every peer has a device per gate.
+	set := func(uid int64, dev, gate string, conn uint64) {
+		if err := rdb.HSet(ctx, rediskey.Route(uid), dev, route.Entry{GateID: gate, ConnID: conn, SinceMs: 1}.String()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(1, "phone", "g1", 10)
+	set(1, "laptop", "g2", 20)
+	for uid := int64(2); uid <= 4; uid++ {
+		set(uid, "a", "g1", uint64(100+uid))
+		set(uid, "b", "g2", uint64(200+uid))
+		seedState(t, rdb, uid, uid-1, dialog.State{Type: 1, PeerID: 1, Base: 1})
+	}
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+
+	var jobs []*queuev1.DeliverJob
+	perConv := map[int64]int{}
+	for i := range 20 {
+		cid := int64(i%3) + 1
+		j := messageJob(int64(100+i), cid, `{"text":"m"}`)
+		j.Recipients = []int64{1, cid + 1}
+		jobs = append(jobs, j)
+		perConv[cid]++
+	}
+	// A client retry enqueued job 105 again within the batch: pushed once.
+	jobs = append(jobs, jobs[5])
+	if err := f.ProcessBatch(ctx, 0, jobs); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []*gatetest.Gate{g1, g2} {
+		bs := g.Batches()
+		if len(bs) != 1 {
+			t.Fatalf("gate %s: %d PushBatch calls, want 1", g.ID, len(bs))
+		}
+		ids, convs := pushedIDs(t, bs[0].GetItems())
+		if len(ids) != 20 {
+			t.Fatalf("gate %s: %d items, want 20 (one per job, the duplicate skipped)", g.ID, len(ids))
+		}
+		if !sort.SliceIsSorted(ids, func(a, b int) bool { return ids[a] < ids[b] }) {
+			t.Fatalf("gate %s: items %v not in stream order", g.ID, ids)
+		}
+		// Per device, each conversation's pushes arrive in MsgId order.
+		last := map[uint64]int64{}
+		for k, it := range bs[0].GetItems() {
+			for _, tg := range it.GetTargets() {
+				if tg.GetUserId() != 1 && tg.GetUserId() != convs[k]+1 {
+					t.Fatalf("item %d (conversation %d) targets user %d", k, convs[k], tg.GetUserId())
+				}
+				if tg.GetConnId() == 10 {
+					t.Fatal("the sending device was pushed")
+				}
+				if ids[k] <= last[tg.GetConnId()] {
+					t.Fatalf("conn %d got %d after %d", tg.GetConnId(), ids[k], last[tg.GetConnId()])
+				}
+				last[tg.GetConnId()] = ids[k]
+			}
+		}
+	}
+	unread := func() map[int64]int64 {
+		out := map[int64]int64{}
+		for uid := int64(2); uid <= 4; uid++ {
+			s, _ := loadState(t, rdb, uid, uid-1)
+			out[uid-1] = s.Unread
+		}
+		return out
+	}
+	want := map[int64]int64{1: int64(perConv[1]), 2: int64(perConv[2]), 3: int64(perConv[3])}
+	if got := unread(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("unread %v, want %v", got, want)
+	}
+
+	// The batch redelivered before its ack (no done markers): pushed again,
+	// counted once.
+	if err := f.ProcessBatch(ctx, 0, jobs); err != nil {
+		t.Fatal(err)
+	}
+	if got := unread(); !reflect.DeepEqual(got, want) {
+		t.Fatalf("unread after redelivery %v, want %v", got, want)
+	}
+	if n1, n2 := len(g1.Batches()), len(g2.Batches()); n1 != 2 || n2 != 2 {
+		t.Fatalf("PushBatch calls after redelivery g1=%d g2=%d, want 2 each", n1, n2)
+	}
+
+	// With done markers for every job but one, only that one goes out.
+	for _, j := range jobs[:19] {
+		if err := rdb.Set(ctx, rediskey.DeliverDone(0, j.GetMsgId()), 1, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.ProcessBatch(ctx, 0, jobs); err != nil {
+		t.Fatal(err)
+	}
+	bs := g1.Batches()
+	if ids, _ := pushedIDs(t, bs[len(bs)-1].GetItems()); !reflect.DeepEqual(ids, []int64{119}) {
+		t.Fatalf("pushed %v, want only the job without a done marker", ids)
+	}
+}
+
+func TestBatchListsAfterScriptFlush(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	const cid = 9
+	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, Base: 1})
+	// Redis forgot its scripts (restart): the pipelined EVALSHAs fail with
+	// NOSCRIPT and the batch still applies each message once.
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ProcessBatch(ctx, cid, []*queuev1.DeliverJob{messageJob(10, cid, `{"text":"a"}`), messageJob(11, cid, `{"text":"b"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := loadState(t, rdb, 2, cid); s.Unread != 2 || s.LastMsgID != 11 || s.Preview.Text != "b" {
+		t.Fatalf("state after NOSCRIPT %+v", s)
+	}
+}
