@@ -104,7 +104,7 @@ func Summary(w io.Writer, r *Run) {
 func headline(name string) bool {
 	for _, h := range []string{"connect+AUTH rate", "HEARTBEAT p99", "SEND_ACK p50", "end-to-end p50", "end-to-end p999",
 		"lost", "duplicates", "raw send transactions (MySQL)", "raw XADD (Redis)", "time to converge", "CPU per delivered message (gate+logic+deliver)",
-		"errors (non-0 answers + no answer)", "offered rate", "achieved rate", "pushed in time", "pushed late", "only by sync", "also pushed",
+		"errors (non-0 answers + no answer)", "offered rate", "achieved rate", "delivered rate", "pushed in time", "pushed late", "only by sync", "also pushed",
 		"deliver backlog at the end of the window (XLEN)"} {
 		if strings.HasPrefix(name, h) {
 			return true
