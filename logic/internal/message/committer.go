@@ -73,17 +73,23 @@ type committer struct {
 	once    sync.Once
 }
 
+// newCommitter returns a committer whose workers start with start. The
+// queue holds a few batches per worker: sends beyond it wait in submit
+// (their connection's next request waits for them anyway).
 func newCommitter(s *Service, workers, batch int) *committer {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &committer{
+	return &committer{
 		s: s, queue: make(chan *pending, workers*batch*4), batch: batch,
-		stop: make(chan struct{}), stopped: make(chan struct{}), cancel: cancel,
+		stop: make(chan struct{}), stopped: make(chan struct{}),
 	}
+}
+
+func (c *committer) start(workers int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
 	for i := 0; i < workers; i++ {
 		c.wg.Add(1)
 		go c.work(ctx)
 	}
-	return c
 }
 
 // close stops the workers after their current batch and answers what is
@@ -92,7 +98,9 @@ func (c *committer) close() {
 	c.once.Do(func() {
 		close(c.stop)
 		c.wg.Wait()
-		c.cancel()
+		if c.cancel != nil {
+			c.cancel()
+		}
 		for {
 			select {
 			case p := <-c.queue:

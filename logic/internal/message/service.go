@@ -99,6 +99,7 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 	}
 	if cfg.CommitWorkers > 0 {
 		s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
+		s.group.start(cfg.CommitWorkers)
 	}
 	return s
 }

@@ -1,0 +1,419 @@
+package message_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/msgid"
+	"github.com/sparkim/spark/pkg/protocol"
+)
+
+// paused returns a service whose committer starts only when start is
+// called, with its own metrics.
+func (e *env) paused(t *testing.T, machine int, cfg message.Config) (svc *message.Service, gen *msgid.Generator, m *metrics.Metrics, start func(), queued func() int) {
+	t.Helper()
+	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.st.DB())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MsgIDWindow, cfg.EnqueueRetries, cfg.Partitions = 5*time.Minute, 3, partitions
+	m = metrics.New(nil)
+	svc, start, queued = message.NewPaused(e.st, e.rdb, gen, cfg, nil, m)
+	t.Cleanup(svc.Close)
+	return svc, gen, m, start, queued
+}
+
+type sendResult struct {
+	ack *protocol.SendAck
+	err error
+}
+
+type batchSend struct {
+	from message.Sender
+	body []byte
+}
+
+// sendBatch submits sends one at a time (each queued before the next, so
+// the arrival order is the slice order), then starts the committer so they
+// form one batch, and returns each send's result.
+func sendBatch(t *testing.T, svc *message.Service, start func(), queued func() int, sends []batchSend) []sendResult {
+	t.Helper()
+	out := make([]sendResult, len(sends))
+	var wg sync.WaitGroup
+	for i, s := range sends {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i].ack, out[i].err = svc.Send(context.Background(), s.from, s.body)
+		}()
+		deadline := time.Now().Add(5 * time.Second)
+		for queued() < i+1 {
+			if time.Now().After(deadline) {
+				t.Fatalf("send %d never queued", i)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	start()
+	wg.Wait()
+	return out
+}
+
+func batchCommits(m *metrics.Metrics, result string) int {
+	return int(testutil.ToFloat64(m.SendCommits.WithLabelValues(result)))
+}
+
+// Sends of different senders and devices into one conversation in one
+// batch get increasing ids in arrival order, client msg_ids kept or
+// replaced by the same rules as one send at a time, in one transaction.
+func TestSendBatchArrivalOrder(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 3)
+	a, b, c := u[0], u[1], u[2]
+	ctx := context.Background()
+	warm, _ := e.service(t, 30, message.Config{})
+	for _, p := range [][2]int64{{a, b}, {a, c}} {
+		if _, err := warm.Send(ctx, message.Sender{UserID: p[0], DeviceID: "w"}, body("to_user_id", p[1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ab, _ := e.st.FindP2P(ctx, a, b)
+	ac, _ := e.st.FindP2P(ctx, a, c)
+	svc, gen, m, start, queued := e.paused(t, 31, message.Config{CommitWorkers: 1})
+	early, _ := gen.Next(ctx)
+	// Client ids slightly ahead of the clock (allowed up to 2 s), so they
+	// are above the ids the batch's earlier sends get.
+	kept1 := early + 50<<22
+	kept2 := early + 150<<22
+	send := func(from, to int64, dev, cid string, msgID int64) batchSend {
+		kv := []any{"to_user_id", to, "client_msg_id", cid, "message_type", 1, "content", text(cid)}
+		if msgID != 0 {
+			kv = append(kv, "msg_id", fmt.Sprint(msgID))
+		}
+		return batchSend{message.Sender{UserID: from, DeviceID: dev}, body(kv...)}
+	}
+	tests := []struct {
+		name string
+		send batchSend
+		conv int64
+		// keep: the ack must carry this client msg_id; replace: it must not.
+		keep, replace int64
+	}{
+		{"a phone", send(a, b, "phone", "1", 0), ab, 0, 0},
+		{"b phone, client id kept", send(b, a, "phone", "2", kept1), ab, kept1, 0},
+		{"a to c", send(a, c, "phone", "3", 0), ac, 0, 0},
+		{"a laptop, client id below the running last", send(a, b, "laptop", "4", early), ab, 0, early},
+		{"b laptop, client id above", send(b, a, "laptop", "5", kept2), ab, kept2, 0},
+		{"a phone again", send(a, b, "phone", "6", 0), ab, 0, 0},
+		{"c to a", send(c, a, "phone", "7", 0), ac, 0, 0},
+	}
+	sends := make([]batchSend, len(tests))
+	for i, tt := range tests {
+		sends[i] = tt.send
+	}
+	res := sendBatch(t, svc, start, queued, sends)
+	last := map[int64]int64{}
+	for i, tt := range tests {
+		r := res[i]
+		if r.err != nil {
+			t.Fatalf("%s: %v", tt.name, r.err)
+		}
+		id := r.ack.MsgID.Int64()
+		if r.ack.ConversationID.Int64() != tt.conv {
+			t.Fatalf("%s: conversation %d, want %d", tt.name, r.ack.ConversationID.Int64(), tt.conv)
+		}
+		if id <= last[tt.conv] {
+			t.Fatalf("%s: id %d not above the previous arrival's %d", tt.name, id, last[tt.conv])
+		}
+		if tt.keep != 0 && id != tt.keep {
+			t.Fatalf("%s: id %d, want the client's %d", tt.name, id, tt.keep)
+		}
+		if tt.replace != 0 && id == tt.replace {
+			t.Fatalf("%s: client id %d kept below the running last", tt.name, id)
+		}
+		last[tt.conv] = id
+		if n := e.jobs(t, tt.conv, id); n != 1 {
+			t.Fatalf("%s: %d jobs", tt.name, n)
+		}
+	}
+	if got := batchCommits(m, "ok"); got != 1 {
+		t.Fatalf("%d transactions, want the batch in one", got)
+	}
+	for _, conv := range []int64{ab, ac} {
+		var lastID int64
+		if err := e.st.DB().Get(&lastID, "SELECT last_msg_id FROM t_conversations WHERE id = ?", conv); err != nil || lastID != last[conv] {
+			t.Fatalf("conversation %d: last_msg_id %d (%v), want %d", conv, lastID, err, last[conv])
+		}
+	}
+}
+
+// A batch that the database refuses (a duplicate client_msg_id or MsgId)
+// is committed one send at a time, with the answers of the single-send
+// path: one row and the original ack for identical sends, 40901 for the
+// same client_msg_id with other content, a new id for a reused msg_id; the
+// other sends of the batch succeed.
+func TestSendBatchDuplicateFallsBack(t *testing.T) {
+	tests := []struct {
+		name string
+		// dup builds the two clashing sends; want are their codes.
+		dup       func(a, b, c int64, id int64) [2]batchSend
+		want      [2]errcode.Code
+		sameAck   bool
+		rowsOfDup int // rows with client_msg_id "dup" sent by a
+	}{
+		{
+			name: "identical sends from two devices",
+			dup: func(a, b, _ int64, _ int64) [2]batchSend {
+				return [2]batchSend{
+					{message.Sender{UserID: a, DeviceID: "phone"}, body("to_user_id", b, "client_msg_id", "dup", "message_type", 1, "content", text("same"))},
+					{message.Sender{UserID: a, DeviceID: "laptop"}, body("to_user_id", b, "client_msg_id", "dup", "message_type", 1, "content", text("same"))},
+				}
+			},
+			want: [2]errcode.Code{errcode.OK, errcode.OK}, sameAck: true, rowsOfDup: 1,
+		},
+		{
+			name: "same client_msg_id, other content",
+			dup: func(a, b, _ int64, _ int64) [2]batchSend {
+				return [2]batchSend{
+					{message.Sender{UserID: a, DeviceID: "phone"}, body("to_user_id", b, "client_msg_id", "dup", "message_type", 1, "content", text("one"))},
+					{message.Sender{UserID: a, DeviceID: "laptop"}, body("to_user_id", b, "client_msg_id", "dup", "message_type", 1, "content", text("two"))},
+				}
+			},
+			// the two commit concurrently: either may be first
+			want: [2]errcode.Code{errcode.OK, errcode.Conflict}, rowsOfDup: 1,
+		},
+		{
+			name: "one client msg_id into two conversations",
+			dup: func(a, b, c int64, id int64) [2]batchSend {
+				return [2]batchSend{
+					{message.Sender{UserID: a, DeviceID: "phone"}, body("to_user_id", b, "client_msg_id", "dup", "msg_id", fmt.Sprint(id), "message_type", 1, "content", text("x"))},
+					{message.Sender{UserID: a, DeviceID: "phone"}, body("to_user_id", c, "client_msg_id", "dup", "msg_id", fmt.Sprint(id), "message_type", 1, "content", text("x"))},
+				}
+			},
+			want: [2]errcode.Code{errcode.OK, errcode.OK}, rowsOfDup: 2,
+		},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			u := e.users(t, 3)
+			a, b, c := u[0], u[1], u[2]
+			ctx := context.Background()
+			warm, _ := e.service(t, 40+i, message.Config{})
+			for _, p := range [][2]int64{{a, b}, {a, c}} {
+				if _, err := warm.Send(ctx, message.Sender{UserID: p[1], DeviceID: "w"}, body("to_user_id", p[0], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			svc, gen, m, start, queued := e.paused(t, 50+i, message.Config{CommitWorkers: 1})
+			id, _ := gen.Next(ctx)
+			d := tt.dup(a, b, c, id)
+			// each clashing send comes first in its conversation, so a
+			// client msg_id is still above the running last id
+			sends := []batchSend{
+				d[0],
+				{message.Sender{UserID: b, DeviceID: "phone"}, body("to_user_id", a, "client_msg_id", "other1", "message_type", 1, "content", text("o"))},
+				d[1],
+				{message.Sender{UserID: c, DeviceID: "phone"}, body("to_user_id", a, "client_msg_id", "other2", "message_type", 1, "content", text("o"))},
+			}
+			res := sendBatch(t, svc, start, queued, sends)
+			for _, k := range []int{1, 3} {
+				if res[k].err != nil {
+					t.Fatalf("innocent send %d: %v", k, res[k].err)
+				}
+			}
+			got := []string{string(code(res[0].err)), string(code(res[2].err))}
+			want := []string{string(tt.want[0]), string(tt.want[1])}
+			sort.Strings(got)
+			sort.Strings(want)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("clashing sends: codes %v (%v, %v), want %v", got, res[0].err, res[2].err, want)
+			}
+			if tt.sameAck {
+				x, _ := json.Marshal(res[0].ack)
+				y, _ := json.Marshal(res[2].ack)
+				if string(x) != string(y) {
+					t.Fatalf("acks %s and %s differ", x, y)
+				}
+			} else if res[0].err == nil && res[2].err == nil && res[0].ack.MsgID == res[2].ack.MsgID {
+				t.Fatalf("both sends got msg id %d", res[0].ack.MsgID.Int64())
+			}
+			var rows int
+			if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE sender_id = ? AND client_msg_id = 'dup'", a); err != nil || rows != tt.rowsOfDup {
+				t.Fatalf("%d rows (%v), want %d", rows, err, tt.rowsOfDup)
+			}
+			if got := batchCommits(m, "fallback"); got != 1 {
+				t.Fatalf("%d fallbacks, want 1", got)
+			}
+		})
+	}
+}
+
+// The store's batch: a conversation that does not exist is left out, the
+// others commit.
+func TestInsertMessagesMissingConversation(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 2)
+	ctx := context.Background()
+	warm, gen := e.service(t, 60, message.Config{})
+	if _, err := warm.Send(ctx, message.Sender{UserID: u[0], DeviceID: "w"}, body("to_user_id", u[1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+		t.Fatal(err)
+	}
+	conv, _ := e.st.FindP2P(ctx, u[0], u[1])
+	nm := func(conv int64, cid string) store.NewMessage {
+		return store.NewMessage{ConversationID: conv, SenderID: u[0], SenderDevice: "d", ClientMsgID: cid, MessageType: 1, Content: []byte(`{"t":1}`)}
+	}
+	res, err := e.st.InsertMessages(ctx, []store.NewMessage{nm(conv, "1"), nm(12345, "2"), nm(conv, "3")},
+		func(ctx context.Context, _ int, last int64, _ time.Time) (int64, error) {
+			return gen.NextAfter(ctx, last)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Missing) != "[false true false]" {
+		t.Fatalf("missing %v", res.Missing)
+	}
+	if !(res.Rows[0].ID < res.Rows[2].ID) {
+		t.Fatalf("ids %d, %d not increasing", res.Rows[0].ID, res.Rows[2].ID)
+	}
+	var last int64
+	if err := e.st.DB().Get(&last, "SELECT last_msg_id FROM t_conversations WHERE id = ?", conv); err != nil || last != res.Rows[2].ID {
+		t.Fatalf("last_msg_id %d (%v), want %d", last, err, res.Rows[2].ID)
+	}
+}
+
+// Many senders through two logic processes (different machine ids, group
+// commit with 4 workers each) into 4 conversations while a reader polls
+// id > cursor per conversation: the reader never skips a message (ids
+// increase in commit order), and every message is there.
+func TestSendBatchConcurrentOrder(t *testing.T) {
+	tests := []struct {
+		name             string
+		goroutines, each int
+		workers          int
+		// batched: transactions must be fewer than messages.
+		batched bool
+	}{
+		{"8 senders x 200, 4 workers", 8, 200, 4, false},
+		{"48 senders x 25, 2 workers: batches form", 48, 25, 2, true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e := newEnv(t)
+			u := e.users(t, 8)
+			ctx := context.Background()
+			var svcs []*message.Service
+			var ms []*metrics.Metrics
+			for _, machine := range []int{1023 - i, 1 + i} { // the higher machine id issues higher ids in the same ms
+				m := metrics.New(nil)
+				g, err := msgid.New(ctx, msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.st.DB())})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s := message.New(e.st, e.rdb, g, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 3, Partitions: partitions, CommitWorkers: tt.workers}, nil, m)
+				t.Cleanup(s.Close)
+				svcs, ms = append(svcs, s), append(ms, m)
+			}
+			convs := make([]int64, 4)
+			for c := range convs {
+				if _, err := svcs[0].Send(ctx, message.Sender{UserID: u[2*c], DeviceID: "w"}, body("to_user_id", u[2*c+1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+					t.Fatal(err)
+				}
+				var err error
+				if convs[c], err = e.st.FindP2P(ctx, u[2*c], u[2*c+1]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			warmCommits := batchCommits(ms[0], "ok")
+
+			stop := make(chan struct{})
+			seen := map[int64]bool{}
+			cursor := make([]int64, len(convs))
+			poll := func() {
+				for c, conv := range convs {
+					rows, err := e.st.MessagesAfter(ctx, conv, cursor[c], 1000)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					for _, r := range rows {
+						seen[r.ID] = true
+						cursor[c] = r.ID
+					}
+				}
+			}
+			pollDone := make(chan struct{})
+			go func() {
+				defer close(pollDone)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						poll()
+					}
+				}
+			}()
+			var wg sync.WaitGroup
+			for g := 0; g < tt.goroutines; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c := g % len(convs)
+					side := (g / len(convs)) % 2
+					from, to := u[2*c+side], u[2*c+1-side]
+					for k := 0; k < tt.each; k++ {
+						_, err := svcs[g%2].Send(ctx, message.Sender{UserID: from, DeviceID: fmt.Sprint("dev", g)},
+							body("to_user_id", to, "client_msg_id", fmt.Sprintf("g%d-%d", g, k), "message_type", 1, "content", text("m")))
+						if err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(stop)
+			<-pollDone
+			poll()
+			total := 0
+			for _, conv := range convs {
+				all, err := e.st.MessagesAfter(ctx, conv, 0, 100000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				total += len(all)
+				for _, r := range all {
+					if !seen[r.ID] {
+						t.Fatalf("the polling reader skipped msg %d of conversation %d (committed below its cursor)", r.ID, conv)
+					}
+				}
+				var last int64
+				if err := e.st.DB().Get(&last, "SELECT last_msg_id FROM t_conversations WHERE id = ?", conv); err != nil || last != all[len(all)-1].ID {
+					t.Fatalf("last_msg_id %d (%v), want %d", last, err, all[len(all)-1].ID)
+				}
+			}
+			sent := tt.goroutines * tt.each
+			if total != sent+len(convs) {
+				t.Fatalf("%d rows, want %d", total, sent+len(convs))
+			}
+			commits := batchCommits(ms[0], "ok") - warmCommits + batchCommits(ms[1], "ok")
+			fallbacks := batchCommits(ms[0], "fallback") + batchCommits(ms[1], "fallback")
+			t.Logf("%d messages in %d transactions (%d fallbacks)", sent, commits, fallbacks)
+			if tt.batched && commits >= sent {
+				t.Fatalf("%d transactions for %d messages: no batch formed", commits, sent)
+			}
+		})
+	}
+}
