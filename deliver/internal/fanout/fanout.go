@@ -1,7 +1,9 @@
-// Package fanout turns one deliver job into Push RPCs: recipients → (for a
-// MESSAGE) each recipient's conversation list → route table → targets
-// (every device except the sending one) → one Push per gate → mailbox
-// events for pushes a live connection could not take. Offline devices and
+// Package fanout turns a partition's batch of deliver jobs into PushBatch
+// RPCs: recipients → (for a MESSAGE) each recipient's conversation list →
+// route table → targets (every device except the sending one) → one
+// PushBatch per gate holding the batch's jobs in stream order → mailbox
+// events for pushes a live connection could not take. Each step is one
+// pipeline (or call) for the whole batch. Offline devices and
 // unreachable gates are skipped, never retried in a loop: the client
 // catches up by sync, and a blocked partition would delay every
 // conversation behind it.
