@@ -92,10 +92,13 @@ func TestSendBatchArrivalOrder(t *testing.T) {
 	ac, _ := e.st.FindP2P(ctx, a, c)
 	svc, gen, m, start, queued := e.paused(t, 31, message.Config{CommitWorkers: 1})
 	early, _ := gen.Next(ctx)
-	// Client ids slightly ahead of the clock (allowed up to 2 s), so they
-	// are above the ids the batch's earlier sends get.
-	kept1 := early + 50<<22
-	kept2 := early + 150<<22
+	// kept1 opens the conversation's part of the batch, so it is above
+	// the stored last id however long the set-up took; kept2, ahead of the
+	// clock (allowed up to 2 s), is above the ids the sends before it get
+	// from the generator, and closes it (an id after it would wait for the
+	// clock).
+	kept1 := early + 300<<22
+	kept2 := early + 1900<<22
 	send := func(from, to int64, dev, cid string, msgID int64) batchSend {
 		kv := []any{"to_user_id", to, "client_msg_id", cid, "message_type", 1, "content", text(cid)}
 		if msgID != 0 {
@@ -110,13 +113,13 @@ func TestSendBatchArrivalOrder(t *testing.T) {
 		// keep: the ack must carry this client msg_id; replace: it must not.
 		keep, replace int64
 	}{
-		{"a phone", send(a, b, "phone", "1", 0), ab, 0, 0},
-		{"b phone, client id kept", send(b, a, "phone", "2", kept1), ab, kept1, 0},
+		{"b phone, client id kept", send(b, a, "phone", "1", kept1), ab, kept1, 0},
+		{"a phone", send(a, b, "phone", "2", 0), ab, 0, 0},
 		{"a to c", send(a, c, "phone", "3", 0), ac, 0, 0},
 		{"a laptop, client id below the running last", send(a, b, "laptop", "4", early), ab, 0, early},
-		{"b laptop, client id above", send(b, a, "laptop", "5", kept2), ab, kept2, 0},
+		{"c to a", send(c, a, "phone", "5", 0), ac, 0, 0},
 		{"a phone again", send(a, b, "phone", "6", 0), ab, 0, 0},
-		{"c to a", send(c, a, "phone", "7", 0), ac, 0, 0},
+		{"b laptop, client id above", send(b, a, "laptop", "7", kept2), ab, kept2, 0},
 	}
 	sends := make([]batchSend, len(tests))
 	for i, tt := range tests {
