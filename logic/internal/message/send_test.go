@@ -30,7 +30,7 @@ type env struct {
 	metrics *metrics.Metrics // shared by the env's services
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	_, db := testenv.MySQL(t)
 	return &env{st: store.New(db), rdb: testenv.Redis(t), metrics: metrics.New(nil)}
@@ -54,7 +54,7 @@ func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.S
 	return svc, g
 }
 
-func (e *env) users(t *testing.T, n int) []int64 {
+func (e *env) users(t testing.TB, n int) []int64 {
 	t.Helper()
 	out := make([]int64, n)
 	for i := range out {
