@@ -79,7 +79,7 @@ func (Ceiling) Run(ctx context.Context, e *Env) (*Result, error) {
 		}
 		return tx.Commit()
 	}
-	txRate, txErrs := hammer(ctx, conc, p.CeilingDuration, sendTx)
+	txRate, txErrs, txKinds := hammer(ctx, conc, p.CeilingDuration, sendTx)
 	res.add("raw send transactions (MySQL)", txRate, "tx/s")
 	e.Ceiling = txRate
 
@@ -88,25 +88,27 @@ func (Ceiling) Run(ctx context.Context, e *Env) (*Result, error) {
 	xadd := func(ctx context.Context, w int, n int64) error {
 		return rdb.XAdd(ctx, &redis.XAddArgs{Stream: fmt.Sprintf("imbench:ceil:%d", w%16), Values: []string{"job", job}}).Err()
 	}
-	xRate, xErrs := hammer(ctx, conc, p.CeilingDuration, xadd)
+	xRate, xErrs, xKinds := hammer(ctx, conc, p.CeilingDuration, xadd)
 	for i := 0; i < 16; i++ {
 		_ = rdb.Del(ctx, fmt.Sprintf("imbench:ceil:%d", i)).Err()
 	}
 	res.add("raw XADD (Redis)", xRate, "ops/s")
 	res.Passed = txErrs == 0 && xErrs == 0
 	if !res.Passed {
-		res.note("errors: %d send transactions, %d XADDs", txErrs, xErrs)
+		res.note("errors: %d send transactions %v, %d XADDs %v", txErrs, txKinds, xErrs, xKinds)
 	}
 	res.note("concurrency %d, %d conversations, %.0f s each, same MySQL and Redis as the system", conc, convs, p.CeilingDuration.Seconds())
 	return res, nil
 }
 
 // hammer runs op from conc goroutines for d and returns successes/s and
-// the error count.
-func hammer(ctx context.Context, conc int, d time.Duration, op func(ctx context.Context, w int, n int64) error) (float64, int64) {
+// the error count and the errors by kind.
+func hammer(ctx context.Context, conc int, d time.Duration, op func(ctx context.Context, w int, n int64) error) (float64, int64, map[string]int) {
+	errKinds := map[string]int{}
 	ctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
 	var ok, bad atomic.Int64
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	start := time.Now()
 	for w := 0; w < conc; w++ {
@@ -117,6 +119,9 @@ func hammer(ctx context.Context, conc int, d time.Duration, op func(ctx context.
 				if err := op(ctx, w, n); err != nil {
 					if ctx.Err() == nil {
 						bad.Add(1)
+						mu.Lock()
+						errKinds[trimErr(err)]++
+						mu.Unlock()
 					}
 					continue
 				}
@@ -125,5 +130,5 @@ func hammer(ctx context.Context, conc int, d time.Duration, op func(ctx context.
 		}()
 	}
 	wg.Wait()
-	return float64(ok.Load()) / time.Since(start).Seconds(), bad.Load()
+	return float64(ok.Load()) / time.Since(start).Seconds(), bad.Load(), errKinds
 }
