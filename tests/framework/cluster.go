@@ -101,7 +101,7 @@ func NewCluster(t testing.TB, o Options) *Cluster {
 cluster: {secret: %s}
 queue: {partitions: %d}
 logic:
-  mysql: {dsn: "%s"}
+  mysql: {dsn: "%s", max_open_conns: 24, max_idle_conns: 24}
   redis: {addr: "%s"}
   jwt_secret: %s
   api_keys: [%s]
