@@ -23,7 +23,7 @@ import (
 // called, with its own metrics.
 func (e *env) paused(t *testing.T, machine int, cfg message.Config) (svc *message.Service, gen *msgid.Generator, m *metrics.Metrics, start func(), queued func() int) {
 	t.Helper()
-	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.st.DB())})
+	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.hw)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +320,7 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 			var ms []*metrics.Metrics
 			for _, machine := range []int{1023 - i, 1 + i} { // the higher machine id issues higher ids in the same ms
 				m := metrics.New(nil)
-				g, err := msgid.New(ctx, msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.st.DB())})
+				g, err := msgid.New(ctx, msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.hw)})
 				if err != nil {
 					t.Fatal(err)
 				}

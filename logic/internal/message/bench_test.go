@@ -25,7 +25,7 @@ func BenchmarkSend(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			e := newEnv(b)
 			ctx := context.Background()
-			g, err := msgid.New(ctx, msgid.Settings{MachineID: 70, Store: store.NewHighWater(e.st.DB())})
+			g, err := msgid.New(ctx, msgid.Settings{MachineID: 70, Store: store.NewHighWater(e.hw)})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sparkim/spark/logic/internal/message"
@@ -26,19 +27,30 @@ const partitions = 16
 
 type env struct {
 	st      *store.Store
+	hw      *sqlx.DB // the MsgId high-water marks' pool
 	rdb     *redis.Client
 	metrics *metrics.Metrics // shared by the env's services
 }
 
 func newEnv(t testing.TB) *env {
 	t.Helper()
-	_, db := testenv.MySQL(t)
-	return &env{st: store.New(db), rdb: testenv.Redis(t), metrics: metrics.New(nil)}
+	dsn, db := testenv.MySQL(t)
+	// The MariaDB is shared (max_connections 151): the concurrency tests
+	// queue on the pool rather than take every connection. The MsgId
+	// high-water mark has its own pool, as in the server: a send holds a
+	// connection while it waits for an id.
+	db.SetMaxOpenConns(24)
+	hw, err := store.Open(dsn, 2, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = hw.Close() })
+	return &env{st: store.New(db), hw: hw, rdb: testenv.Redis(t), metrics: metrics.New(nil)}
 }
 
 func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.Service, *msgid.Generator) {
 	t.Helper()
-	g, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.st.DB())})
+	g, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.hw)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,9 +30,12 @@ const messageColumns = "id, conversation_id, sender_id, sender_device, client_ms
 
 // FindByClientMsgID is the idempotency lookup of the send path.
 func (s *Store) FindByClientMsgID(ctx context.Context, senderID, conversationID int64, clientMsgID string) (Message, error) {
+	// Scanned by hand, not through sqlx's reflection: this lookup runs for
+	// every send.
 	var m Message
-	err := s.db.GetContext(ctx, &m, "SELECT "+messageColumns+" FROM t_messages WHERE sender_id = ? AND conversation_id = ? AND client_msg_id = ?",
-		senderID, conversationID, clientMsgID)
+	err := s.db.QueryRowContext(ctx, "SELECT "+messageColumns+" FROM t_messages WHERE sender_id = ? AND conversation_id = ? AND client_msg_id = ?",
+		senderID, conversationID, clientMsgID).Scan(
+		&m.ID, &m.ConversationID, &m.SenderID, &m.SenderDevice, &m.ClientMsgID, &m.MessageType, &m.Content, &m.Status, &m.CreatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Message{}, ErrNotFound
 	}
