@@ -1,6 +1,7 @@
 // Package clusterauth authenticates the internal gRPC links (gate ⇄ logic,
 // deliver/logic → gate Push) with a shared cluster secret in metadata, so
-// nothing outside the cluster can inject frames or pushes.
+// nothing outside the cluster can inject frames or pushes. Its Guard also
+// serves other metadata keys, such as the business API's keys.
 package clusterauth
 
 import (
@@ -30,32 +31,61 @@ func (c creds) GetRequestMetadata(context.Context, ...string) (map[string]string
 
 func (creds) RequireTransportSecurity() bool { return false }
 
-// Guard checks the secret of incoming calls. Methods whose full name starts
-// with one of the exempt prefixes (health checks, reflection, the business
-// API with its own keys) pass without it.
+// Guard admits calls whose metadata key holds one of its secrets. It
+// checks only the methods it applies to.
 type Guard struct {
-	secret []byte
-	exempt []string
+	key     string
+	secrets [][]byte
+	applies func(method string) bool
+	refusal string
 }
 
-// NewGuard returns a Guard for secret.
+// NewGuard returns a Guard for the cluster secret on every method except
+// those whose full name starts with one of the exempt prefixes (health
+// checks, reflection, the business API with its own keys).
 func NewGuard(secret string, exemptPrefixes ...string) *Guard {
-	return &Guard{secret: []byte(secret), exempt: exemptPrefixes}
+	return &Guard{
+		key: MetadataKey, secrets: [][]byte{[]byte(secret)}, refusal: "cluster secret required",
+		applies: func(method string) bool {
+			for _, p := range exemptPrefixes {
+				if strings.HasPrefix(method, p) {
+					return false
+				}
+			}
+			return true
+		},
+	}
+}
+
+// NewKeyGuard returns a Guard that requires one of keys (blank ones are
+// ignored; with none every guarded call is refused) in metadata key, on the
+// methods whose full name starts with prefix only.
+func NewKeyGuard(key string, keys []string, prefix string) *Guard {
+	g := &Guard{key: key, refusal: "a valid " + key + " is required",
+		applies: func(method string) bool { return strings.HasPrefix(method, prefix) }}
+	for _, k := range keys {
+		if k = strings.TrimSpace(k); k != "" {
+			g.secrets = append(g.secrets, []byte(k))
+		}
+	}
+	return g
 }
 
 func (g *Guard) check(ctx context.Context, method string) error {
-	for _, p := range g.exempt {
-		if strings.HasPrefix(method, p) {
-			return nil
-		}
+	if !g.applies(method) {
+		return nil
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get(MetadataKey) {
-		if subtle.ConstantTimeCompare([]byte(v), g.secret) == 1 {
+	for _, v := range md.Get(g.key) {
+		ok := 0
+		for _, s := range g.secrets {
+			ok |= subtle.ConstantTimeCompare([]byte(v), s)
+		}
+		if ok == 1 {
 			return nil
 		}
 	}
-	return status.Error(codes.Unauthenticated, "cluster secret required")
+	return status.Error(codes.Unauthenticated, g.refusal)
 }
 
 // Unary is the unary server interceptor.
