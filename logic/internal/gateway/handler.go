@@ -180,26 +180,38 @@ func (h *Handler) finish(req *logicv1.Request, gateID string, resp *logicv1.Resp
 	if req.Command == uint32(protocol.CmdSendMessage) {
 		h.Metrics.SendLatency.WithLabelValues(string(code)).Observe(time.Since(start).Seconds())
 	}
-	fields := []zap.Field{
+	// The level is known before the fields are built: a successful
+	// request logs at debug, and building its fields when debug is off
+	// would cost an allocation per request for nothing.
+	lvl, msg, withErr := zap.DebugLevel, "request", false
+	switch {
+	case err == nil && req.Command == uint32(protocol.CmdAuth):
+		lvl, msg = zap.InfoLevel, "authenticated"
+	case err == nil:
+	case strings.HasPrefix(string(code), "5"):
+		lvl, msg, withErr = zap.WarnLevel, "request failed", true
+	default:
+		msg, withErr = "request refused", true
+	}
+	ce := h.Log.Check(lvl, msg)
+	if ce == nil {
+		return
+	}
+	fields := make([]zap.Field, 0, 10)
+	fields = append(fields,
 		zap.Uint32("command", req.Command), zap.Uint64("conn_id", req.ConnId), zap.String("gate_id", gateID),
 		zap.String("real_ip", req.RealIp), zap.String("code", string(code)), zap.String("request_id", rid),
 		zap.Duration("took", time.Since(start)),
-	}
+	)
 	if s := req.Session; s != nil {
 		fields = append(fields, zap.Int64("user_id", s.UserId), zap.String("device_id", s.DeviceId))
 	} else if resp.Bind != nil {
 		fields = append(fields, zap.Int64("user_id", resp.Bind.UserId), zap.String("device_id", resp.Bind.DeviceId))
 	}
-	switch {
-	case err == nil && req.Command == uint32(protocol.CmdAuth):
-		h.Log.Info("authenticated", fields...)
-	case err == nil:
-		h.Log.Debug("request", fields...)
-	case strings.HasPrefix(string(code), "5"):
-		h.Log.Warn("request failed", append(fields, zap.Error(cause(err)))...)
-	default:
-		h.Log.Debug("request refused", append(fields, zap.Error(cause(err)))...)
+	if withErr {
+		fields = append(fields, zap.Error(cause(err)))
 	}
+	ce.Write(fields...)
 }
 
 // cause returns the logged form of err: the *errcode.Error text (code,
@@ -216,7 +228,7 @@ func commandLabel(c uint32) string {
 	if c > uint32(protocol.MaxKnownCommand)+1 {
 		return "other"
 	}
-	return strconv.FormatUint(uint64(c), 10)
+	return strconv.FormatUint(uint64(c), 10) // below 100: a static string, no allocation
 }
 
 // Closed handles a connection's end.
