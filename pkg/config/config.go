@@ -177,7 +177,7 @@ var defaults = map[string]any{
 	"logic.send_rate":            100.0,
 	"logic.send_burst":           400,
 	"logic.recall_window":        2 * time.Minute,
-	"logic.commit_workers":       4,
+	"logic.commit_workers":       -1,
 	"logic.commit_batch":         64,
 	"deliver.id":                 "deliver-1",
 	"deliver.admin_addr":         "127.0.0.1:9040",

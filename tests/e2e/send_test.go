@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,6 +185,7 @@ func TestOrderAcrossLogicInstances(t *testing.T) {
 
 	stop := make(chan struct{})
 	seen := map[int64]bool{}
+	var polled atomic.Int64 // the reader's cursor
 	pollerDone := make(chan error, 1)
 	go func() { // the reader: SELECT id > cursor, as SYNC_MESSAGES does
 		cursor := int64(0)
@@ -209,6 +211,7 @@ func TestOrderAcrossLogicInstances(t *testing.T) {
 				cursor = id
 			}
 			rows.Close()
+			polled.Store(cursor)
 		}
 	}()
 
@@ -236,7 +239,19 @@ func TestOrderAcrossLogicInstances(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // let the poller see the last commits
+	// Every send is acked, so committed: let the reader reach the newest id
+	// before judging what it skipped (a reader that is merely slow has
+	// skipped nothing).
+	var newest int64
+	if err := c.DB().QueryRow("SELECT MAX(id) FROM t_messages WHERE conversation_id = ?", conv).Scan(&newest); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); polled.Load() < newest; {
+		if time.Now().After(deadline) {
+			t.Fatalf("reader stuck at %d, newest %d", polled.Load(), newest)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	close(stop)
 	if err := <-pollerDone; err != nil {
 		t.Fatal(err)
