@@ -233,12 +233,8 @@ func (s *Service) commit(ctx context.Context, from Sender, conv int64, req *prot
 		case errors.Is(err, store.ErrNotFound):
 			return store.Message{}, errcode.New(errcode.NotFound, "conversation not found")
 		case store.IsRetryable(err):
-			t := time.NewTimer(time.Duration(5*(attempt+1)) * time.Millisecond)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return store.Message{}, busy("commit", ctx.Err())
-			case <-t.C:
+			if serr := sleepCtx(ctx, time.Duration(5*(attempt+1))*time.Millisecond); serr != nil {
+				return store.Message{}, busy("commit", serr)
 			}
 		default:
 			return store.Message{}, busy("commit", err)

@@ -95,15 +95,7 @@ func MySQL(t testing.TB) (string, *sqlx.DB) {
 func Redis(t testing.TB) *redis.Client {
 	t.Helper()
 	n, _ := rand.Int(rand.Reader, big.NewInt(15))
-	rdb := redis.NewClient(&redis.Options{Addr: env("SPARK_TEST_REDIS_ADDR", DefaultRedisAddr), DB: int(n.Int64()) + 1})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		t.Skipf("Redis unreachable (set SPARK_TEST_REDIS_ADDR): %v", err)
-	}
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
+	return RedisDB(t, int(n.Int64())+1)
 }
 
 // RandomUserID returns a random positive user id, so tests sharing Redis
