@@ -94,15 +94,31 @@ return redis.call('GET', KEYS[3])
 // count says whether it counts as unread for this user (not the sender's
 // own message). It reports whether the state existed and was updated.
 func ApplyMessage(ctx context.Context, rdb redis.Scripter, uid, cid, msgID, createdAtMs int64, count bool, p Preview) (bool, error) {
+	pj, err := EncodePreview(p)
+	if err != nil {
+		return false, err
+	}
+	return ApplyMessageJSON(ctx, rdb, uid, cid, msgID, createdAtMs, count, pj)
+}
+
+// EncodePreview is the stored form of a preview. A fan-out to many
+// recipients encodes it once and calls ApplyMessageJSON for each.
+func EncodePreview(p Preview) ([]byte, error) {
 	pj, err := json.Marshal(p)
 	if err != nil {
-		return false, fmt.Errorf("dialog: preview: %w", err)
+		return nil, fmt.Errorf("dialog: preview: %w", err)
 	}
+	return pj, nil
+}
+
+// ApplyMessageJSON is ApplyMessage with the preview already encoded by
+// EncodePreview.
+func ApplyMessageJSON(ctx context.Context, rdb redis.Scripter, uid, cid, msgID, createdAtMs int64, count bool, previewJSON []byte) (bool, error) {
 	c := "0"
 	if count {
 		c = "1"
 	}
-	n, err := applyMessage.Run(ctx, rdb, Keys(uid, cid), cid, msgID, createdAtMs, c, pj).Int()
+	n, err := applyMessage.Run(ctx, rdb, Keys(uid, cid), cid, msgID, createdAtMs, c, previewJSON).Int()
 	if err != nil {
 		return false, fmt.Errorf("dialog: apply message %d to user %d: %w", msgID, uid, err)
 	}

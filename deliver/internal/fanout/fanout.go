@@ -368,7 +368,7 @@ func (f *Fanout) preview(partition int, job *queuev1.DeliverJob) (dialog.Preview
 type listUpdate struct {
 	uid, cid, msgID, at int64
 	count               bool
-	preview             dialog.Preview
+	preview             []byte // dialog.EncodePreview, once per job
 }
 
 // applyLists applies every MESSAGE job of the batch to every recipient's
@@ -388,9 +388,13 @@ func (f *Fanout) applyLists(ctx context.Context, partition int, tasks []task) er
 			continue
 		}
 		p, at := f.preview(partition, t.job)
+		pj, err := dialog.EncodePreview(p)
+		if err != nil {
+			return fmt.Errorf("fanout: update conversation lists: %w", err)
+		}
 		for _, uid := range uids {
 			ups = append(ups, listUpdate{uid: uid, cid: t.job.GetConversationId(), msgID: t.job.GetMsgId(), at: at,
-				count: uid != t.job.GetSenderId(), preview: p})
+				count: uid != t.job.GetSenderId(), preview: pj})
 		}
 	}
 	for lo := 0; lo < len(ups); lo += pipelineChunk {
@@ -405,7 +409,7 @@ func (f *Fanout) applyChunk(ctx context.Context, ups []listUpdate) error {
 	pipe := f.rdb.Pipeline()
 	sc := &pipeScripter{Pipeliner: pipe}
 	for _, u := range ups {
-		if _, err := dialog.ApplyMessage(ctx, sc, u.uid, u.cid, u.msgID, u.at, u.count, u.preview); err != nil {
+		if _, err := dialog.ApplyMessageJSON(ctx, sc, u.uid, u.cid, u.msgID, u.at, u.count, u.preview); err != nil {
 			return err
 		}
 	}
@@ -426,7 +430,7 @@ func (f *Fanout) applyChunk(ctx context.Context, ups []listUpdate) error {
 		// again call by call, in order: the first call loads the script
 		// (EVAL) and the calls that did run skip their applied ids.
 		for _, u := range ups {
-			applied, err := dialog.ApplyMessage(ctx, f.rdb, u.uid, u.cid, u.msgID, u.at, u.count, u.preview)
+			applied, err := dialog.ApplyMessageJSON(ctx, f.rdb, u.uid, u.cid, u.msgID, u.at, u.count, u.preview)
 			if err != nil {
 				return err
 			}
