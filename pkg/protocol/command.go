@@ -47,4 +47,8 @@ const (
 	EventMembership    = 3
 	EventFriend        = 4
 	EventMissedMessage = 5
+	// EventDelete: the user deleted msg_id of conversation_id for
+	// themselves on another device (delete-for-me, DELETE_MESSAGE 15), so
+	// a device that was away drops it too.
+	EventDelete = 6
 )
