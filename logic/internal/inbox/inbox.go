@@ -231,14 +231,14 @@ func (s *Service) SyncMessages(ctx context.Context, u User, body []byte) (reply 
 		}
 		return nil, false, busy("member", err)
 	}
-	ctype, err := s.store.ConversationType(ctx, cid)
-	if err != nil {
-		return nil, false, busy("conversation type", err)
+	conv, rows, err := s.store.ConversationPage(ctx, cid, req.LastMsgID.Int64(), n+1)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, false, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
-	rows, err := s.store.MessagesAfter(ctx, cid, req.LastMsgID.Int64(), n+1)
 	if err != nil {
 		return nil, false, busy("messages", err)
 	}
+	ctype := conv.Type
 	more = len(rows) > n
 	if more {
 		rows = rows[:n]

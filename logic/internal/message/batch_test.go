@@ -345,7 +345,7 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 			cursor := make([]int64, len(convs))
 			poll := func() {
 				for c, conv := range convs {
-					rows, err := e.st.MessagesAfter(ctx, conv, cursor[c], 1000)
+					_, rows, err := e.st.ConversationPage(ctx, conv, cursor[c], 1000)
 					if err != nil {
 						t.Error(err)
 						return
@@ -392,7 +392,7 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 			poll()
 			total := 0
 			for _, conv := range convs {
-				all, err := e.st.MessagesAfter(ctx, conv, 0, 100000)
+				_, all, err := e.st.ConversationPage(ctx, conv, 0, 100000)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -21,6 +21,7 @@ import (
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/testredis"
 )
 
 const partitions = 16
@@ -45,7 +46,7 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hw.Close() })
-	return &env{st: store.New(db), hw: hw, rdb: testenv.Redis(t), metrics: metrics.New(nil)}
+	return &env{st: store.New(db), hw: hw, rdb: testenv.RedisDB(t, testredis.MessageDB), metrics: metrics.New(nil)}
 }
 
 func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.Service, *msgid.Generator) {
@@ -316,7 +317,7 @@ func TestSendOrderAcrossGenerators(t *testing.T) {
 	seen := map[int64]bool{}
 	var cursor int64
 	poll := func() {
-		rows, err := e.st.MessagesAfter(ctx, conv, cursor, 1000)
+		_, rows, err := e.st.ConversationPage(ctx, conv, cursor, 1000)
 		if err != nil {
 			t.Error(err)
 			return
@@ -370,7 +371,7 @@ func TestSendOrderAcrossGenerators(t *testing.T) {
 	close(stop)
 	<-pollDone
 	poll()
-	all, err := e.st.MessagesAfter(ctx, conv, 0, 10000)
+	_, all, err := e.st.ConversationPage(ctx, conv, 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,8 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -119,12 +121,26 @@ func nullID(id int64) any {
 }
 
 // MailboxSince returns up to limit events of userID with seq > after that
-// are for every device ("") or for deviceID, by seq.
+// are for every device ("") or for deviceID, by seq. It reads the user's
+// last seq first, in its own statement, and then only events up to it: the
+// watermark read of ConversationPage, for the same reason (appends advance
+// t_mailbox_seqs in the transaction that inserts the events).
 func (s *Store) MailboxSince(ctx context.Context, userID int64, deviceID string, after int64, limit int) ([]MailboxEvent, error) {
+	var upTo int64
+	err := s.db.GetContext(ctx, &upTo, "SELECT last_seq FROM t_mailbox_seqs WHERE user_id = ?", userID)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil // the user never had an event
+	}
+	if err != nil {
+		return nil, err
+	}
+	if upTo <= after || limit <= 0 {
+		return nil, nil
+	}
 	var out []MailboxEvent
-	err := s.db.SelectContext(ctx, &out, `SELECT id, user_id, device_id, seq, event_type,
+	err = s.db.SelectContext(ctx, &out, `SELECT id, user_id, device_id, seq, event_type,
 COALESCE(conversation_id, 0) AS conversation_id, COALESCE(msg_id, 0) AS msg_id, COALESCE(payload, '') AS payload, created_at
-FROM t_mailbox_events WHERE user_id = ? AND seq > ? AND device_id IN ('', ?) ORDER BY seq LIMIT ?`,
-		userID, after, deviceID, limit)
+FROM t_mailbox_events WHERE user_id = ? AND seq > ? AND seq <= ? AND device_id IN ('', ?) ORDER BY seq LIMIT ?`,
+		userID, after, upTo, deviceID, limit)
 	return out, err
 }

@@ -42,13 +42,41 @@ func (s *Store) FindByClientMsgID(ctx context.Context, senderID, conversationID 
 	return m, err
 }
 
-// MessagesAfter returns up to limit messages of a conversation with id >
-// after, ascending (the sync query).
-func (s *Store) MessagesAfter(ctx context.Context, conversationID, after int64, limit int) ([]Message, error) {
+// MessagesAfter returns up to limit messages of a conversation with after <
+// id <= upTo, ascending. upTo must be a watermark read in an earlier
+// statement (see ConversationPage): a lone "id > after" statement can skip a
+// message on MariaDB (docs/decisions.md "Watermark reads").
+func (s *Store) MessagesAfter(ctx context.Context, conversationID, after, upTo int64, limit int) ([]Message, error) {
+	if upTo <= after || limit <= 0 {
+		return nil, nil
+	}
 	var out []Message
-	err := s.db.SelectContext(ctx, &out, "SELECT "+messageColumns+" FROM t_messages WHERE conversation_id = ? AND id > ? ORDER BY id ASC LIMIT ?",
-		conversationID, after, limit)
+	err := s.db.SelectContext(ctx, &out, "SELECT "+messageColumns+" FROM t_messages WHERE conversation_id = ? AND id > ? AND id <= ? ORDER BY id ASC LIMIT ?",
+		conversationID, after, upTo, limit)
 	return out, err
+}
+
+// ConversationPage is the sync read of a conversation's messages after a
+// cursor: first the conversation row in its own statement, whose
+// last_msg_id is the watermark W (every message <= W committed before W
+// was written, because writers assign ids under the row's lock and set
+// last_msg_id in the same transaction), then the messages with after < id
+// <= W in a second statement, whose read view is newer than the commit of
+// every one of them. ErrNotFound when the conversation does not exist.
+//
+// Both statements must run on the same server (a replica may lag behind
+// the watermark) and must not share a REPEATABLE READ transaction (one read
+// view would reintroduce the race the watermark avoids).
+func (s *Store) ConversationPage(ctx context.Context, conversationID, after int64, limit int) (Conversation, []Message, error) {
+	c, err := s.GetConversation(ctx, conversationID)
+	if err != nil {
+		return Conversation{}, nil, err
+	}
+	msgs, err := s.MessagesAfter(ctx, conversationID, after, c.LastMsgID, limit)
+	if err != nil {
+		return Conversation{}, nil, err
+	}
+	return c, msgs, nil
 }
 
 // NewMessage is what the send path inserts.
