@@ -3,23 +3,16 @@ package dialog
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/pkg/testredis"
 )
 
 func testRedis(t *testing.T) *redis.Client {
-	addr := os.Getenv("SPARK_TEST_REDIS_ADDR")
-	if addr == "" {
-		addr = "127.0.0.1:6379"
-	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: 12})
-	if err := rdb.Ping(context.Background()).Err(); err != nil {
-		t.Skipf("no Redis at %s: %v", addr, err)
-	}
-	t.Cleanup(func() { _ = rdb.Close() })
-	return rdb
+	t.Helper()
+	return testredis.Open(t, testredis.DialogDB)
 }
 
 func TestApplyColdInvalidate(t *testing.T) {

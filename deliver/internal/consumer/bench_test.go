@@ -19,11 +19,12 @@ import (
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
+	"github.com/sparkim/spark/pkg/testredis"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
-// testDB is this package's Redis DB (fanout uses 13, service 14).
-const testDB = 12
+// testDB is this package's Redis DB, its own in the table of pkg/testredis.
+const testDB = testredis.ConsumerDB
 
 const secret = "test-secret"
 

@@ -24,13 +24,13 @@ import (
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
+	"github.com/sparkim/spark/pkg/testredis"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
-// testDB is this package's Redis DB; other deliver packages use others so
-// `go test ./...` may run them in parallel.
-const testDB = 13
+// testDB is this package's Redis DB, its own in the table of pkg/testredis.
+const testDB = testredis.FanoutDB
 
 func TestSelectTargets(t *testing.T) {
 	r := func(gate string, conn uint64) string {

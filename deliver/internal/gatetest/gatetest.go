@@ -6,7 +6,6 @@ package gatetest
 import (
 	"context"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/testredis"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -225,31 +225,16 @@ func (l *Logic) Calls() []*logicv1.AppendMailboxRequest {
 }
 
 // Redis returns a client on db of the test Redis (SPARK_TEST_REDIS_ADDR,
-// default 127.0.0.1:6379), flushed; the test is skipped when Redis is
-// unreachable. db must not be 0.
+// default 127.0.0.1:6379), flushed at every call so each test starts from
+// empty streams. db is the package's entry in pkg/testredis, which no other
+// package uses. An unreachable Redis fails the test.
 func Redis(t testing.TB, db int) *redis.Client {
 	t.Helper()
-	if db == 0 {
-		t.Fatal("tests never use Redis DB 0")
-	}
-	addr := getenv("SPARK_TEST_REDIS_ADDR", "127.0.0.1:6379")
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	rdb := testredis.Open(t, db)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		t.Skipf("redis at %s unreachable: %v", addr, err)
-	}
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("flush test Redis DB %d at %s: %v", db, testredis.Addr(), err)
 	}
-	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
-}
-
-func getenv(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
 }

@@ -23,11 +23,12 @@ import (
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
+	"github.com/sparkim/spark/pkg/testredis"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 const (
-	testDB     = 14
+	testDB     = testredis.ServiceDB // its own in the table of pkg/testredis
 	partitions = 16
 	leaseTTL   = 900 * time.Millisecond
 	secret     = "test-secret"

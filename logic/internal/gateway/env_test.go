@@ -18,6 +18,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/msgid"
+	"github.com/sparkim/spark/pkg/testredis"
 	"github.com/sparkim/spark/pkg/token"
 )
 
@@ -35,7 +36,7 @@ type env struct {
 func newEnv(t *testing.T, machine int) *env {
 	t.Helper()
 	_, db := testenv.MySQL(t)
-	rdb := testenv.Redis(t)
+	rdb := testenv.RedisDB(t, testredis.GatewayDB)
 	st := store.New(db)
 	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine})
 	if err != nil {

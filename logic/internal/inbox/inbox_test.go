@@ -24,11 +24,9 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/testredis"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
-
-// redisDB is this package's Redis DB index, distinct from pkg/dialog's 12.
-const redisDB = 13
 
 const partitions = 4
 
@@ -47,7 +45,7 @@ func newEnv(t *testing.T, cfg message.Config) *env {
 	t.Helper()
 	_, db := testenv.MySQL(t)
 	st := store.New(db)
-	rdb := testenv.RedisDB(t, redisDB)
+	rdb := testenv.RedisDB(t, testredis.InboxDB)
 	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: 41})
 	if err != nil {
 		t.Fatal(err)

@@ -8,10 +8,11 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/lease"
 	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/testredis"
 )
 
 func TestLease(t *testing.T) {
-	rdb := testenv.Redis(t)
+	rdb := testenv.RedisDB(t, testredis.LeaseDB)
 	ctx := context.Background()
 	key := testenv.RandomName("im:test:lease:")
 	t.Cleanup(func() { rdb.Del(context.Background(), key) })

@@ -18,12 +18,13 @@ import (
 	"github.com/sparkim/spark/logic/internal/server"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/testredis"
 )
 
 func testConfig(t *testing.T) *config.Config {
 	t.Helper()
 	dsn, _ := testenv.MySQL(t)
-	rdb := testenv.Redis(t)
+	rdb := testenv.RedisDB(t, testredis.ServerDB)
 	cfg, err := config.Load("")
 	if err != nil {
 		t.Fatal(err)

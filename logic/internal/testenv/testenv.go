@@ -1,7 +1,8 @@
 // Package testenv gives tests a fresh MySQL database (migrated, dropped at
-// the end) and a Redis client on a non-zero DB index. Tests skip when the
-// servers are unreachable. SPARK_TEST_MYSQL_DSN and SPARK_TEST_REDIS_ADDR
-// override the local defaults.
+// the end) and a Redis client on the package's own DB index (the table in
+// pkg/testredis). Tests fail, never skip, when a server is unreachable: a
+// skipped test passes in CI without checking anything. SPARK_TEST_MYSQL_DSN
+// and SPARK_TEST_REDIS_ADDR override the local defaults.
 package testenv
 
 import (
@@ -21,12 +22,13 @@ import (
 	"github.com/sparkim/spark/logic/internal/migrate"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/migrations"
+	"github.com/sparkim/spark/pkg/testredis"
 )
 
 // Defaults of the test servers.
 const (
 	DefaultMySQLDSN  = "root@tcp(127.0.0.1:3306)/?parseTime=true&loc=UTC"
-	DefaultRedisAddr = "127.0.0.1:6379"
+	DefaultRedisAddr = testredis.DefaultAddr
 )
 
 func env(k, def string) string {
@@ -60,7 +62,7 @@ func EmptyDatabase(t testing.TB) string {
 	defer cancel()
 	if err := root.PingContext(ctx); err != nil {
 		root.Close()
-		t.Skipf("MySQL unreachable at %s (set SPARK_TEST_MYSQL_DSN): %v", cfg.Addr, err)
+		t.Fatalf("test MySQL unreachable at %s (set SPARK_TEST_MYSQL_DSN, or run `make services`): %v", cfg.Addr, err)
 	}
 	name := RandomName("spark_t_")
 	t.Cleanup(func() {
@@ -90,14 +92,6 @@ func MySQL(t testing.TB) (string, *sqlx.DB) {
 	return dsn, db
 }
 
-// Redis returns a client on a random DB index 1..15 (never 0). Keys are
-// shared with other tests on the machine: use random ids.
-func Redis(t testing.TB) *redis.Client {
-	t.Helper()
-	n, _ := rand.Int(rand.Reader, big.NewInt(15))
-	return RedisDB(t, int(n.Int64())+1)
-}
-
 // RandomUserID returns a random positive user id, so tests sharing Redis
 // never touch each other's keys.
 func RandomUserID() int64 {
@@ -105,17 +99,10 @@ func RandomUserID() int64 {
 	return n.Int64() + 1
 }
 
-// RedisDB returns a client on Redis DB index db, for tests that want a DB
-// distinct from the random ones (they still must use random ids).
+// RedisDB returns a client on Redis DB index db, which must be the
+// package's entry in pkg/testredis (no other package uses it). Tests still
+// use random ids: a package's own tests share the DB.
 func RedisDB(t testing.TB, db int) *redis.Client {
 	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: env("SPARK_TEST_REDIS_ADDR", DefaultRedisAddr), DB: db})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		rdb.Close()
-		t.Skipf("Redis unreachable (set SPARK_TEST_REDIS_ADDR): %v", err)
-	}
-	t.Cleanup(func() { rdb.Close() })
-	return rdb
+	return testredis.Open(t, db)
 }
