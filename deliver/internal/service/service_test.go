@@ -49,6 +49,42 @@ func (r *recorder) Process(_ context.Context, p int, job *queuev1.DeliverJob) er
 	return nil
 }
 
+// missing returns the ids of want the recorder never saw, sorted.
+func (r *recorder) missing(want map[int64]bool) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[int64]bool{}
+	for _, ids := range r.seen {
+		for _, id := range ids {
+			seen[id] = true
+		}
+	}
+	var out []int64
+	for id := range want {
+		if !seen[id] {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// extra returns the ids the recorder saw that are not in want, sorted.
+func (r *recorder) extra(want map[int64]bool) []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []int64
+	for _, ids := range r.seen {
+		for _, id := range ids {
+			if !want[id] && !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 func (r *recorder) total() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -60,6 +96,7 @@ func (r *recorder) total() int {
 }
 
 type instance struct {
+	t      *testing.T
 	svc    *Service
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -71,7 +108,7 @@ func start(t *testing.T, rdb *redis.Client, id string, proc fanoutProcessor) *in
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).With(zap.String("deliver_id", id))
 	svc := New(rdb, Config{ID: id, Partitions: partitions, BatchSize: 8, LeaseTTL: leaseTTL, Block: 200 * time.Millisecond, Drain: time.Second},
 		proc, log, metrics.New(prometheus.NewRegistry()))
-	in := &instance{svc: svc, cancel: cancel, done: make(chan struct{})}
+	in := &instance{t: t, svc: svc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
 		_ = svc.Run(ctx)
@@ -84,9 +121,17 @@ type fanoutProcessor interface {
 	Process(ctx context.Context, p int, job *queuev1.DeliverJob) error
 }
 
+// stop cancels the instance and waits for Run to return, within a bound:
+// a Run that ignores its context would otherwise hang the whole test
+// binary until go test's global timeout.
 func (in *instance) stop() {
 	in.cancel()
-	<-in.done
+	const within = 10 * time.Second
+	select {
+	case <-in.done:
+	case <-time.After(within):
+		in.t.Errorf("deliver instance did not return from Run within %v of its context's end", within)
+	}
 }
 
 func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
