@@ -9,6 +9,7 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -101,18 +102,23 @@ func TestCommandsNeedSession(t *testing.T) {
 		body    string
 		want    errcode.Code
 		wantCmd uint32
+		// wantMsg, when set, is the envelope's msg: it tells an unknown
+		// command from a known one refused for its body.
+		wantMsg string
 	}{
-		{"msg id without session", nil, 3, "", errcode.NotAuthed, 3},
-		{"send without session", nil, 4, "{}", errcode.NotAuthed, 4},
-		{"sync without session", nil, 12, "{}", errcode.NotAuthed, 12},
-		{"msg id", sess, 3, "", errcode.OK, 3},
-		{"second AUTH", sess, 1, `{}`, errcode.InvalidArgument, 1},
-		{"send invalid JSON", sess, 4, `{"to_user_id":`, errcode.InvalidArgument, 4},
-		{"read: no ids", sess, 8, "{}", errcode.InvalidArgument, 8},
-		{"delete: no msg_id", sess, 15, "{}", errcode.InvalidArgument, 15},
-		{"unknown command", sess, 16, "{}", errcode.InvalidArgument, 16},
-		{"unknown command 999", sess, 999, "{}", errcode.InvalidArgument, 999},
-		{"command 0", sess, 0, "{}", errcode.InvalidArgument, 0},
+		{"msg id without session", nil, 3, "", errcode.NotAuthed, 3, ""},
+		{"send without session", nil, 4, "{}", errcode.NotAuthed, 4, ""},
+		{"sync without session", nil, 12, "{}", errcode.NotAuthed, 12, ""},
+		{"msg id", sess, 3, "", errcode.OK, 3, ""},
+		{"second AUTH", sess, 1, `{}`, errcode.InvalidArgument, 1, ""},
+		{"send invalid JSON", sess, 4, `{"to_user_id":`, errcode.InvalidArgument, 4, ""},
+		{"read: no ids", sess, 8, "{}", errcode.InvalidArgument, 8, ""},
+		{"delete: no msg_id", sess, 15, "{}", errcode.InvalidArgument, 15, ""},
+		{"conversation settings: no conversation_id", sess, uint32(protocol.CmdConversationSettings), "{}", errcode.InvalidArgument, uint32(protocol.CmdConversationSettings), ""},
+		{"SEND_ACK is not a request", sess, uint32(protocol.CmdSendAck), "{}", errcode.InvalidArgument, uint32(protocol.CmdSendAck), "not a request command"},
+		{"unknown command: first past the known ones", sess, uint32(protocol.MaxKnownCommand) + 1, "{}", errcode.InvalidArgument, uint32(protocol.MaxKnownCommand) + 1, "unknown command"},
+		{"unknown command 999", sess, 999, "{}", errcode.InvalidArgument, 999, "unknown command"},
+		{"command 0", sess, 0, "{}", errcode.InvalidArgument, 0, "unknown command"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -120,6 +126,9 @@ func TestCommandsNeedSession(t *testing.T) {
 			r := decode(t, resp.Body)
 			if r.Code != tt.want || resp.Command != tt.wantCmd {
 				t.Fatalf("command %d code %s (%s), want %d %s", resp.Command, r.Code, r.Msg, tt.wantCmd, tt.want)
+			}
+			if tt.wantMsg != "" && r.Msg != tt.wantMsg {
+				t.Fatalf("msg %q, want %q", r.Msg, tt.wantMsg)
 			}
 			if tt.command == 3 && tt.want == errcode.OK {
 				var d struct {
