@@ -29,8 +29,15 @@ vet:
 	@unformatted=$$(gofmt -l $(MODULES)); if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet $(addsuffix /...,$(addprefix ./,$(MODULES)))
 
+# Packages with tests behind the failpoints build tag (//go:build
+# failpoints): without the tag they never compile, so `unit` runs these
+# packages a second time with it. Only these packages, to keep the run short.
+FAILPOINT_PKGS = $(sort $(dir $(shell grep -rl --include='*_test.go' '^//go:build.*failpoints' $(filter-out tests,$(MODULES)))))
+
 unit: services
 	source .run/services.env && $(GO) test -count=1 $(addsuffix /...,$(addprefix ./,$(filter-out tests,$(MODULES))))
+	@if [ -z "$(FAILPOINT_PKGS)" ]; then echo "unit: no failpoints-tagged tests found"; exit 1; fi
+	source .run/services.env && $(GO) test -count=1 -tags failpoints $(addprefix ./,$(FAILPOINT_PKGS))
 
 e2e: services build-failpoints
 	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m ./tests/...
