@@ -691,6 +691,12 @@ func (f *Fanout) pushGate(ctx context.Context, partition int, w *gateWork, tasks
 		failAll()
 		return missed, nil
 	}
+	// The seam mid-push: this gate has written the batch to its devices,
+	// the batch's other gates (pushed in parallel) may or may not have,
+	// and nothing is acked. A crash here must cost duplicates at most.
+	// Only "exit"/"sleep" make sense; an "error" is ignored like any
+	// push-side failure.
+	_ = failpoint.Inject("deliver/job/midPush")
 	for k, it := range w.items {
 		reply := replies[k]
 		f.m.Delivered.Add(float64(reply.GetDelivered()))
