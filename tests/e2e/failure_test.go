@@ -76,7 +76,12 @@ func TestEnqueueFailureThenRetry(t *testing.T) {
 		if err := c.Redis.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		a := <-done
+		var a answer
+		select {
+		case a = <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatal("no answer within 20s to the SEND held at logic/send/afterCommit while Redis is stopped")
+		}
 		if a.err != nil {
 			t.Fatal(a.err)
 		}

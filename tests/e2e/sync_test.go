@@ -239,7 +239,7 @@ func TestRedeliveryCountsOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-waitExit(d.Process)
+	waitExited(t, d.Process, 10*time.Second)
 	if err := d.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -52,10 +52,16 @@ func (p *Process) Start(ctx context.Context) error {
 
 // Launch runs the process without waiting for anything. It returns the log
 // offset where this run's output begins.
-func (p *Process) Launch() (int, error) {
+func (p *Process) Launch() (int, error) { return p.LaunchWithEnv() }
+
+// LaunchWithEnv is Launch with extra environment for this run only, e.g.
+// SPARK_FAILPOINTS armed before the process's first instruction, for a
+// seam it may reach before its admin port could arm it. Later runs do not
+// carry it.
+func (p *Process) LaunchWithEnv(extra ...string) (int, error) {
 	p.mu.Lock()
 	cmd := exec.Command(p.bin, p.args...)
-	cmd.Env = append(inheritedEnv(), p.env...)
+	cmd.Env = append(append(inheritedEnv(), p.env...), extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
@@ -180,6 +186,25 @@ func (p *Process) signal(sig syscall.Signal, wait time.Duration) error {
 		p.cmd, p.waitErr = nil, nil
 		p.mu.Unlock()
 		return fmt.Errorf("%s did not exit within %v after %v", p.Name, wait, sig)
+	}
+}
+
+// WaitExit waits until the process exits by itself (an armed "exit"
+// failpoint, a crash) and fails if it still runs after within. It does not
+// signal the process.
+func (p *Process) WaitExit(within time.Duration) error {
+	p.mu.Lock()
+	ch := p.waitErr
+	p.mu.Unlock()
+	if ch == nil {
+		return nil // never started, or already stopped
+	}
+	select {
+	case err := <-ch:
+		ch <- err // kept for Stop, Kill and waitFor, which read it too
+		return nil
+	case <-time.After(within):
+		return fmt.Errorf("%s still running %v later, want it exited:\n%s", p.Name, within, p.Tail(20))
 	}
 }
 
