@@ -31,7 +31,10 @@ func pump(t *testing.T, conn *client.Conn, rep *framework.Replica) *sync.WaitGro
 
 // An offline device converges to exactly what an always-online device of
 // the same user saw: B1 stays online (pushes, deletes), B2 is offline while
-// 50 peers send 2,000 messages (some recalled); B2 comes back and syncs.
+// 50 peers send 2,000 messages (some recalled); B1 deletes for B messages
+// B2 already holds and new ones, and B2 comes back and syncs. Every device
+// ends with exactly the SEND_ACKed messages: recalled ones as tombstones,
+// the ones B deleted gone.
 func TestOfflineConvergence(t *testing.T) {
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 8})
 	ctx := ctxT(t, 4*time.Minute)
@@ -46,6 +49,21 @@ func TestOfflineConvergence(t *testing.T) {
 	for p := 0; p < peers; p++ {
 		peerConns = append(peerConns, c.Login(t, p%2, int64(userB+1+p), "peer"))
 	}
+	// acked is every SEND_ACK, by msg_id.
+	type sent struct {
+		conn *client.Conn
+		ack  protocol.SendAck
+	}
+	var mu sync.Mutex
+	acked := map[int64]sent{}
+	record := func(conn *client.Conn, ack protocol.SendAck) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, dup := acked[ack.MsgID.Int64()]; dup {
+			t.Errorf("msg_id %d acknowledged twice", ack.MsgID.Int64())
+		}
+		acked[ack.MsgID.Int64()] = sent{conn, ack}
+	}
 	// Everyone has history before B2 goes away.
 	var pre []protocol.SendAck
 	for p, pc := range peerConns {
@@ -54,6 +72,7 @@ func TestOfflineConvergence(t *testing.T) {
 			t.Fatal(err)
 		}
 		pre = append(pre, ack)
+		record(pc, ack)
 	}
 	waitQuiet(t, c)
 	if err := online.Sync(ctx, b1); err != nil {
@@ -63,16 +82,16 @@ func TestOfflineConvergence(t *testing.T) {
 	if err := offline.Sync(ctx, b2); err != nil {
 		t.Fatal(err)
 	}
+	for _, a := range pre {
+		if _, ok := offline.Msgs[a.ConversationID.Int64()][a.MsgID.Int64()]; !ok {
+			t.Fatalf("B2 does not hold msg %d before going offline", a.MsgID.Int64())
+		}
+	}
 	_ = b2.Close()
 
 	// The storm: 2,000 messages over 50 conversations, B1 answering now and
-	// then; some recalled by their senders, some deleted by B.
-	var mu sync.Mutex
-	var acks []struct {
-		conn *client.Conn
-		ack  protocol.SendAck
-		from int
-	}
+	// then.
+	var order []int64 // storm msg_ids in ack order
 	var wg sync.WaitGroup
 	errs := make(chan error, peers+1)
 	per := total / peers
@@ -86,12 +105,9 @@ func TestOfflineConvergence(t *testing.T) {
 					errs <- err
 					return
 				}
+				record(pc, ack)
 				mu.Lock()
-				acks = append(acks, struct {
-					conn *client.Conn
-					ack  protocol.SendAck
-					from int
-				}{pc, ack, p})
+				order = append(order, ack.MsgID.Int64())
 				mu.Unlock()
 			}
 		}()
@@ -100,10 +116,12 @@ func TestOfflineConvergence(t *testing.T) {
 	go func() { // B1 replies in ten conversations
 		defer wg.Done()
 		for k := 0; k < 30; k++ {
-			if _, err := b1.Send(ctx, sendTo(int64(userB+1+k%10), fmt.Sprintf("b-%d", k), text(t, "B answers"))); err != nil {
+			ack, err := b1.Send(ctx, sendTo(int64(userB+1+k%10), fmt.Sprintf("b-%d", k), text(t, "B answers")))
+			if err != nil {
 				errs <- err
 				return
 			}
+			record(b1, ack)
 		}
 	}()
 	wg.Wait()
@@ -111,28 +129,38 @@ func TestOfflineConvergence(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	// Recall messages B2 already has (it learns through its mailbox) and
-	// every 40th new one (by its sender); delete every 50th on B1.
-	for p := 0; p < 5; p++ {
-		if err := peerConns[p].Recall(ctx, pre[p].ConversationID.Int64(), pre[p].MsgID.Int64()); err != nil {
+	recalled, deleted := map[int64]bool{}, map[int64]bool{}
+	recall := func(a sent) {
+		if err := a.conn.Recall(ctx, a.ack.ConversationID.Int64(), a.ack.MsgID.Int64()); err != nil {
 			t.Fatalf("recall: %v", err)
 		}
+		recalled[a.ack.MsgID.Int64()] = true
 	}
-	for i, a := range acks {
+	del := func(a sent) {
+		if err := b1.Delete(ctx, a.ack.ConversationID.Int64(), a.ack.MsgID.Int64()); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
+		online.DeleteLocal(a.ack.ConversationID.Int64(), a.ack.MsgID.Int64())
+		deleted[a.ack.MsgID.Int64()] = true
+	}
+	// Messages B2 already holds: five recalled by their senders (B2 learns
+	// through RECALL events), five deleted by B on B1 (DELETE events).
+	for p := 0; p < 5; p++ {
+		recall(acked[pre[p].MsgID.Int64()])
+		del(acked[pre[5+p].MsgID.Int64()])
+	}
+	// New ones: every 40th recalled, every 50th deleted.
+	for i, id := range order {
 		switch {
 		case i%40 == 3:
-			if err := a.conn.Recall(ctx, a.ack.ConversationID.Int64(), a.ack.MsgID.Int64()); err != nil {
-				t.Fatalf("recall: %v", err)
-			}
+			recall(acked[id])
 		case i%50 == 7:
-			if err := b1.Delete(ctx, a.ack.ConversationID.Int64(), a.ack.MsgID.Int64()); err != nil {
-				t.Fatalf("delete: %v", err)
-			}
-			online.DeleteLocal(a.ack.ConversationID.Int64(), a.ack.MsgID.Int64())
+			del(acked[id])
 		}
 	}
 	// B1 reads three conversations.
-	for _, a := range acks[:3] {
+	for _, id := range order[:3] {
+		a := acked[id]
 		if _, err := b1.Read(ctx, a.ack.ConversationID.Int64(), a.ack.MsgID.Int64()); err != nil {
 			t.Fatal(err)
 		}
@@ -155,6 +183,35 @@ func TestOfflineConvergence(t *testing.T) {
 	_ = b1.Close()
 	pumped.Wait()
 
+	// The fresh device holds exactly the acknowledged messages, less the
+	// deleted ones, with recalled ones as tombstones.
+	held := 0
+	for cid, msgs := range fresh.Msgs {
+		for id, m := range msgs {
+			held++
+			a, ok := acked[id]
+			switch {
+			case !ok:
+				t.Errorf("conversation %d: msg %d was never acknowledged", cid, id)
+			case a.ack.ConversationID.Int64() != cid:
+				t.Errorf("msg %d in conversation %d, acknowledged in %d", id, cid, a.ack.ConversationID.Int64())
+			case deleted[id]:
+				t.Errorf("msg %d was deleted by B and is still there", id)
+			case recalled[id] && m.Status != protocol.StatusRecalled:
+				t.Errorf("msg %d was recalled but has status %d", id, m.Status)
+			case !recalled[id] && m.Status != protocol.StatusNormal:
+				t.Errorf("msg %d has status %d", id, m.Status)
+			}
+		}
+	}
+	if want := len(acked) - len(deleted); held != want {
+		for id, a := range acked {
+			if _, ok := fresh.Msgs[a.ack.ConversationID.Int64()][id]; !ok && !deleted[id] {
+				t.Errorf("acknowledged msg %d of conversation %d is missing", id, a.ack.ConversationID.Int64())
+			}
+		}
+		t.Fatalf("a fresh device holds %d messages, want %d (%d acknowledged, %d deleted)", held, want, len(acked), len(deleted))
+	}
 	want := fresh.Snapshot()
 	if got := offline.Snapshot(); got != want {
 		t.Fatalf("offline device differs from a fresh full sync:\n%s", firstDiff(got, want))

@@ -118,8 +118,12 @@ func (r *Replica) Sync(ctx context.Context, conn *client.Conn) error {
 		dirty[c.ConversationID.Int64()] = true
 	}
 	for _, e := range page.Events {
-		if e.EventType == client.EventRecall {
+		switch e.EventType {
+		case client.EventRecall:
 			r.recall(e.ConversationID.Int64(), e.MsgID.Int64())
+		case protocol.EventDelete:
+			r.Deleted[e.MsgID.Int64()] = true
+			delete(r.Msgs[e.ConversationID.Int64()], e.MsgID.Int64())
 		}
 	}
 	for cid := range dirty {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"reflect"
 	"testing"
 	"time"
 
@@ -499,6 +500,30 @@ func TestDeleteForMe(t *testing.T) {
 	_ = from
 	if n := signals(t, e.rdb, cid, protocol.CmdDeleteMessage); n != 3 {
 		t.Fatalf("%d DELETE signals", n)
+	}
+	// One DELETE mailbox event for every device of mine per message deleted
+	// (the repeat wrote none), so another device that was offline and holds
+	// them drops them on sync; the peer gets none.
+	for _, device := range []string{"dev", "phone-that-was-offline"} {
+		r, _, err := e.inbox.SyncInbox(ctx, inbox.User{UserID: me, DeviceID: device}, body("dialog_cursor", "0", "mailbox_seq", "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int64
+		for _, ev := range r.Events {
+			var p protocol.MessageRef
+			if err := json.Unmarshal(ev.Payload, &p); err != nil || ev.EventType != protocol.EventDelete || ev.ConversationID.Int64() != cid ||
+				p.MsgID != ev.MsgID || p.ConversationID.Int64() != cid {
+				t.Fatalf("device %s: event %+v payload %s", device, ev, ev.Payload)
+			}
+			got = append(got, ev.MsgID.Int64())
+		}
+		if !reflect.DeepEqual(got, []int64{m2, m3}) || r.MailboxSeq != 2 {
+			t.Fatalf("device %s: DELETE events for %v (mailbox_seq %s), want %v", device, got, r.MailboxSeq, []int64{m2, m3})
+		}
+	}
+	if r, _ := e.sync(peer, "0", 0, 100); len(r.Events) != 0 {
+		t.Fatalf("the peer got %d events", len(r.Events))
 	}
 }
 

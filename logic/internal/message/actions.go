@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -185,13 +186,24 @@ func (s *Service) Delete(ctx context.Context, from Sender, body []byte) (*protoc
 	if _, err := s.member(ctx, m.ConversationID, from.UserID); err != nil {
 		return nil, err
 	}
-	if err := s.store.DeleteForUser(ctx, from.UserID, m.ConversationID, m.ID); err != nil {
+	reply := &protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)}
+	evID, err := s.ids.Next(ctx)
+	if err != nil {
+		return nil, busy("event id", err)
+	}
+	payload, err := json.Marshal(reply)
+	if err != nil {
+		return nil, fmt.Errorf("message: delete event payload: %w", err)
+	}
+	// The event is for every device of the user (device_id ""), so a device
+	// that was offline and already holds the message drops it on sync.
+	ev := store.MailboxEvent{UserID: from.UserID, EventType: protocol.EventDelete, ConversationID: m.ConversationID, MsgID: m.ID, Payload: payload}
+	if _, err := s.store.DeleteForUser(ctx, from.UserID, m.ConversationID, m.ID, evID, ev); err != nil {
 		return nil, busy("delete", err)
 	}
 	if err := s.invalidate(ctx, m.ConversationID, from.UserID); err != nil {
 		return nil, err
 	}
-	reply := &protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)}
 	ctype, err := s.store.ConversationType(ctx, m.ConversationID)
 	if err != nil {
 		ctype = 0

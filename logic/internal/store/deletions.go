@@ -2,17 +2,56 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jmoiron/sqlx"
 )
 
-// DeleteForUser records that userID deleted msgID for themselves
-// (idempotent).
-func (s *Store) DeleteForUser(ctx context.Context, userID, conversationID, msgID int64) error {
-	_, err := s.db.ExecContext(ctx, "INSERT IGNORE INTO t_message_deletions (user_id, msg_id, conversation_id, created_at) VALUES (?, ?, ?, ?)",
+// DeleteForUser records that userID deleted msgID for themselves and, in
+// the same transaction, appends event (the user's delete-for-me mailbox
+// event, row id eventID) so every device of the user, including one that
+// is offline and already holds the message, drops it on its next sync.
+// Deleting again changes nothing and appends no event; deleted reports
+// whether this call recorded the deletion. Deadlocks are retried.
+func (s *Store) DeleteForUser(ctx context.Context, userID, conversationID, msgID, eventID int64, event MailboxEvent) (deleted bool, err error) {
+	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+		deleted, err = s.deleteForUserOnce(ctx, userID, conversationID, msgID, eventID, event)
+		if err == nil || !IsRetryable(err) {
+			return deleted, err
+		}
+		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
+			return false, err
+		}
+	}
+	return false, fmt.Errorf("store: delete for user: %w", err)
+}
+
+func (s *Store) deleteForUserOnce(ctx context.Context, userID, conversationID, msgID, eventID int64, event MailboxEvent) (bool, error) {
+	tx, err := s.db.BeginTxx(ctx, nil)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	res, err := tx.ExecContext(ctx, "INSERT IGNORE INTO t_message_deletions (user_id, msg_id, conversation_id, created_at) VALUES (?, ?, ?, ?)",
 		userID, msgID, conversationID, ms(time.Now()))
-	return err
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return false, err
+	}
+	if n == 0 {
+		return false, nil // deleted before: its event was appended then
+	}
+	if _, err := AppendMailboxTx(ctx, tx, []MailboxEvent{event}, []int64{eventID}); err != nil {
+		return false, err
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 // DeletedAmong returns which of ids userID deleted.
