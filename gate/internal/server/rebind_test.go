@@ -153,7 +153,12 @@ func TestRebindGivesUpWhenStreamEnds(t *testing.T) {
 		sent, ok := st.rebind(ctx, out)
 		res <- result{sent, ok}
 	}()
-	<-out // the send loop takes one frame, then the stream dies
+	select {
+	case <-out: // the send loop takes one frame, then the stream dies
+	case <-time.After(safety):
+		cancel()
+		t.Fatalf("rebind sent no frame within %v", safety)
+	}
 	cancel()
 	select {
 	case r := <-res:
