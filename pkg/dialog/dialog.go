@@ -69,11 +69,18 @@ const (
 	// FieldBase is the newest message id a cold rebuild counted; messages
 	// at or below it are never applied again.
 	FieldBase = "base"
-	// FieldApplied lists the ids (space-separated, newest last, at most
-	// 32) applied incrementally above base, so a redelivered job never
-	// counts twice.
-	FieldApplied = "applied"
+	// FieldAppliedPrefix prefixes one field per message counted as unread
+	// above base ("a:<msg_id>"), so a redelivered job never counts twice;
+	// FieldAppliedCount is how many there are. A rebuild starts them over.
+	FieldAppliedPrefix = "a:"
+	FieldAppliedCount  = "applied_n"
 )
+
+// MaxApplied bounds the counted ids a state records. Past it the state is
+// dropped and the next sync recomputes it from MySQL (one COUNT), which
+// keeps a long-unread conversation's hash small without ever forgetting an
+// id that a redelivery could bring again.
+const MaxApplied = 1000
 
 // PreviewTextLen is how many characters of a text message a preview keeps.
 const PreviewTextLen = 50

@@ -146,3 +146,38 @@ func TestPreviewText(t *testing.T) {
 		t.Fatal("placeholders")
 	}
 }
+
+// Past MaxApplied recorded ids the state is dropped (the next sync
+// rebuilds it from MySQL) rather than forgetting an id a redelivery could
+// bring back; until then every id counts once.
+func TestApplyMessageDropsStatePastMaxApplied(t *testing.T) {
+	ctx := context.Background()
+	rdb := testRedis(t)
+	uid, cid := int64(910003), int64(77)
+	rdb.Del(ctx, StateKey(uid, cid), ListKey(uid), VersionKey(uid), BuiltKey(uid))
+	if ok, err := WriteCold(ctx, rdb, uid, cid, "", State{Type: 1, PeerID: 2, LastMsgID: 1000, Base: 1000}); err != nil || !ok {
+		t.Fatalf("seed: %v %v", ok, err)
+	}
+	p := Preview{MsgID: "1", MessageType: 1, Text: "x", SenderID: "2"}
+	for i := int64(1); i <= MaxApplied; i++ {
+		for again := 0; again < 2; again++ { // each one redelivered at once
+			if _, err := ApplyMessage(ctx, rdb, uid, cid, 1000+i, 1, true, p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s, ok, err := Load(ctx, rdb, uid, cid)
+	if err != nil || !ok || s.Unread != MaxApplied {
+		t.Fatalf("after %d ids: ok %v unread %d err %v", MaxApplied, ok, s.Unread, err)
+	}
+	before, _ := Changes(ctx, rdb, uid, 0, 10)
+	if ok, err := ApplyMessage(ctx, rdb, uid, cid, 1000+MaxApplied+1, 1, true, p); err != nil || ok {
+		t.Fatalf("one past the bound: applied %v err %v", ok, err)
+	}
+	if _, ok, _ := Load(ctx, rdb, uid, cid); ok {
+		t.Fatal("the state past the bound was kept")
+	}
+	if after, _ := Changes(ctx, rdb, uid, before[0].Version, 10); len(after) != 1 {
+		t.Fatal("dropping the state did not bump the version")
+	}
+}

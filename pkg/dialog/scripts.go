@@ -25,28 +25,44 @@ end
 `
 
 // applyMessage: KEYS state, list, ver; ARGV cid, msg_id, created_at_ms,
-// count ("1" when it counts as unread for this user), preview JSON.
-// Returns 1 when applied, 0 when the state was absent (only the version
-// was bumped: the next sync rebuilds it) or the message was applied before.
+// count ("1" when it counts as unread for this user), preview JSON,
+// max_applied. Returns 1 when the state changed, 0 when it was absent (only
+// the version was bumped: the next sync rebuilds it), when the message was
+// counted before, or when it changes nothing (an older message that does
+// not count).
+//
+// A message that counts is recorded as a field "a:<msg_id>" of the state
+// (HSETNX), so a redelivery never counts it twice however many messages
+// were applied in between. Only counted ids are recorded: applying any
+// other message again is a no-op by itself (last_msg_id only moves up). A
+// muted conversation counts nothing (DESIGN §6). When more than
+// max_applied ids are recorded the state is dropped instead, and the next
+// sync recomputes it exactly from MySQL with an empty record.
 var applyMessage = redis.NewScript(luaGT + `
-local cid, mid, at, count, preview = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local cid, mid, at, count, preview, maxApplied = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 if redis.call('EXISTS', KEYS[1]) == 0 then
   touch(cid)
   return 0
 end
-local f = redis.call('HMGET', KEYS[1], 'base', 'last_msg_id', 'last_read', 'applied')
-local base, last, lastread, applied = f[1] or '0', f[2] or '0', f[3] or '0', f[4] or ''
+local f = redis.call('HMGET', KEYS[1], 'base', 'last_msg_id', 'last_read', 'muted')
+local base, last, lastread, muted = f[1] or '0', f[2] or '0', f[3] or '0', f[4] or '0'
 if not gt(mid, base) then return 0 end
-if string.find(' ' .. applied .. ' ', ' ' .. mid .. ' ', 1, true) then return 0 end
-if count == '1' and gt(mid, lastread) then redis.call('HINCRBY', KEYS[1], 'unread', 1) end
+local changed = false
+if count == '1' and muted ~= '1' and gt(mid, lastread) then
+  if redis.call('HSETNX', KEYS[1], 'a:' .. mid, '1') == 0 then return 0 end
+  if redis.call('HINCRBY', KEYS[1], 'applied_n', 1) > maxApplied then
+    redis.call('DEL', KEYS[1])
+    touch(cid)
+    return 0
+  end
+  redis.call('HINCRBY', KEYS[1], 'unread', 1)
+  changed = true
+end
 if gt(mid, last) then
   redis.call('HSET', KEYS[1], 'last_msg_id', mid, 'last_msg_at', at, 'preview', preview)
+  changed = true
 end
-local list = {}
-for id in string.gmatch(applied, '%S+') do list[#list + 1] = id end
-list[#list + 1] = mid
-while #list > 32 do table.remove(list, 1) end
-redis.call('HSET', KEYS[1], 'applied', table.concat(list, ' '))
+if not changed then return 0 end
 touch(cid)
 return 1
 `)
@@ -118,7 +134,7 @@ func ApplyMessageJSON(ctx context.Context, rdb redis.Scripter, uid, cid, msgID, 
 	if count {
 		c = "1"
 	}
-	n, err := applyMessage.Run(ctx, rdb, Keys(uid, cid), cid, msgID, createdAtMs, c, previewJSON).Int()
+	n, err := applyMessage.Run(ctx, rdb, Keys(uid, cid), cid, msgID, createdAtMs, c, previewJSON, MaxApplied).Int()
 	if err != nil {
 		return false, fmt.Errorf("dialog: apply message %d to user %d: %w", msgID, uid, err)
 	}

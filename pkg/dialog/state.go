@@ -37,7 +37,7 @@ func (s State) fields() []any {
 		FieldType, s.Type, FieldPeer, s.PeerID, FieldGroup, s.GroupID,
 		FieldLastMsgID, s.LastMsgID, FieldLastMsgAt, s.LastMsgAt, FieldUnread, s.Unread,
 		FieldLastRead, s.LastRead, FieldMuted, b2s(s.Muted), FieldPinned, b2s(s.Pinned),
-		FieldBase, s.Base, FieldApplied, "",
+		FieldBase, s.Base, FieldAppliedCount, 0,
 	}
 	if s.Preview != nil {
 		pj, _ := json.Marshal(s.Preview)
@@ -46,11 +46,24 @@ func (s State) fields() []any {
 	return f
 }
 
+// stateFields are the fields Load reads: HMGET of these, not HGETALL, so
+// the recorded ids (FieldAppliedPrefix) are never read.
+var stateFields = []string{
+	FieldType, FieldPeer, FieldGroup, FieldLastMsgID, FieldLastMsgAt, FieldUnread,
+	FieldLastRead, FieldMuted, FieldPinned, FieldBase, FieldPreview,
+}
+
 // Load reads a user's state of a conversation; ok is false when absent.
 func Load(ctx context.Context, rdb redis.Cmdable, uid, cid int64) (s State, ok bool, err error) {
-	m, err := rdb.HGetAll(ctx, StateKey(uid, cid)).Result()
+	vals, err := rdb.HMGet(ctx, StateKey(uid, cid), stateFields...).Result()
 	if err != nil {
 		return State{}, false, fmt.Errorf("dialog: load conversation %d of user %d: %w", cid, uid, err)
+	}
+	m := make(map[string]string, len(stateFields))
+	for i, v := range vals {
+		if str, isStr := v.(string); isStr {
+			m[stateFields[i]] = str
+		}
 	}
 	if len(m) == 0 {
 		return State{}, false, nil

@@ -291,7 +291,7 @@ func TestMessageUpdatesLists(t *testing.T) {
 	// Both users' entries exist, rebuilt from MySQL up to message 10, and
 	// the peer has read up to it.
 	seedState(t, rdb, 1, cid, dialog.State{Type: 1, PeerID: 2, LastMsgID: 10, LastRead: 10, Base: 10})
-	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Muted: true})
+	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Pinned: true})
 	v1, v2 := version(t, rdb, 1, cid), version(t, rdb, 2, cid)
 
 	pool := gateclient.New(rdb, secret, time.Minute)
@@ -315,7 +315,7 @@ func TestMessageUpdatesLists(t *testing.T) {
 		t.Fatal("peer state dropped")
 	}
 	wantPreview := &dialog.Preview{MsgID: "77", MessageType: 1, Text: "hello there", SenderID: "1"}
-	if peer.Unread != 1 || peer.LastMsgID != 77 || peer.LastMsgAt != job.GetCreatedAtMs() || !reflect.DeepEqual(peer.Preview, wantPreview) || !peer.Muted {
+	if peer.Unread != 1 || peer.LastMsgID != 77 || peer.LastMsgAt != job.GetCreatedAtMs() || !reflect.DeepEqual(peer.Preview, wantPreview) || !peer.Pinned {
 		t.Fatalf("peer state %+v preview %+v", peer, peer.Preview)
 	}
 	sender, _ := loadState(t, rdb, 1, cid)
@@ -732,5 +732,68 @@ func TestBatchListsAfterScriptFlush(t *testing.T) {
 	}
 	if s, _ := loadState(t, rdb, 2, cid); s.Unread != 2 || s.LastMsgID != 11 || s.Preview.Text != "b" {
 		t.Fatalf("state after NOSCRIPT %+v", s)
+	}
+}
+
+// A batch of more jobs of one conversation than any fixed window of
+// applied ids, processed, then redelivered whole (its owner died before the
+// ack) and redelivered again interleaved with new jobs: every message
+// counts once.
+func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	const cid = 12
+	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 100, LastRead: 100, Base: 100})
+	seedState(t, rdb, 1, cid, dialog.State{Type: 1, PeerID: 2, LastMsgID: 100, LastRead: 100, Base: 100})
+	const n = 150 // more than one batch of 64 and the old window of 32
+	jobs := make([]*queuev1.DeliverJob, n)
+	for i := range jobs {
+		jobs[i] = messageJob(int64(101+i), cid, `{"text":"m"}`)
+	}
+	for round := 0; round < 2; round++ {
+		for lo := 0; lo < n; lo += 64 {
+			if err := f.ProcessBatch(ctx, cid, jobs[lo:min(lo+64, n)]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if s, _ := loadState(t, rdb, 2, cid); s.Unread != n || s.LastMsgID != 100+n {
+			t.Fatalf("round %d: peer unread %d last %d, want %d and %d", round, s.Unread, s.LastMsgID, n, 100+n)
+		}
+	}
+	// Redelivered again, in reverse order and interleaved with new jobs.
+	mixed := []*queuev1.DeliverJob{messageJob(300, cid, `{"text":"new"}`)}
+	for i := n - 1; i >= 0; i -= 2 {
+		mixed = append(mixed, jobs[i])
+	}
+	mixed = append(mixed, messageJob(301, cid, `{"text":"newest"}`))
+	if err := f.ProcessBatch(ctx, cid, mixed); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := loadState(t, rdb, 2, cid); s.Unread != n+2 || s.LastMsgID != 301 || s.Preview.Text != "newest" {
+		t.Fatalf("after the mixed batch: peer %+v, want unread %d", s, n+2)
+	}
+	if s, _ := loadState(t, rdb, 1, cid); s.Unread != 0 || s.LastMsgID != 301 {
+		t.Fatalf("the sender's own messages counted: %+v", s)
+	}
+}
+
+// A muted conversation counts no unread (DESIGN §6) but still moves its
+// newest message and preview.
+func TestMutedConversationCountsNoUnread(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	const cid = 13
+	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Muted: true})
+	if err := f.ProcessBatch(ctx, cid, []*queuev1.DeliverJob{messageJob(11, cid, `{"text":"a"}`), messageJob(12, cid, `{"text":"b"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := loadState(t, rdb, 2, cid); s.Unread != 0 || s.LastMsgID != 12 || s.Preview.Text != "b" || !s.Muted {
+		t.Fatalf("muted state %+v", s)
 	}
 }

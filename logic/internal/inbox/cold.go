@@ -79,6 +79,9 @@ func (s *Service) ColdState(ctx context.Context, uid, cid int64) (st dialog.Stat
 	if st.Preview, err = s.preview(ctx, uid, cid, base); err != nil {
 		return dialog.State{}, false, err
 	}
+	if m.Muted {
+		return st, true, nil // a muted conversation counts no unread (DESIGN §6)
+	}
 	if st.Unread, err = s.unread(ctx, uid, cid, m.LastReadMsgID, base); err != nil {
 		return dialog.State{}, false, err
 	}

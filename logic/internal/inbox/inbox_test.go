@@ -568,6 +568,47 @@ func TestSettings(t *testing.T) {
 	}
 }
 
+// A muted conversation reports unread 0 from the cold path and from
+// deliver's incremental one; unmuting counts every message after the read
+// position again, including those that arrived while muted.
+func TestMutedConversationUnread(t *testing.T) {
+	e := newEnv(t, message.Config{})
+	ctx := context.Background()
+	u := e.users(2)
+	me, peer := u[0], u[1]
+	cid, _ := e.msg(peer, me, "before the mute")
+	mute := func(on bool) {
+		t.Helper()
+		if _, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, body("conversation_id", id(cid), "muted", on)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unread := func() int64 {
+		t.Helper()
+		list, _ := e.syncAll(me, "0", 100)
+		return list[cid].Unread
+	}
+	if n := unread(); n != 1 {
+		t.Fatalf("unread %d before the mute, want 1", n)
+	}
+	mute(true)
+	if n := unread(); n != 0 { // cold: the settings change dropped the state
+		t.Fatalf("muted: cold unread %d, want 0", n)
+	}
+	e.msg(peer, me, "while muted") // applied incrementally by e.msg
+	if n := unread(); n != 0 {
+		t.Fatalf("muted: unread %d after a new message, want 0", n)
+	}
+	mute(false)
+	if n := unread(); n != 2 {
+		t.Fatalf("unmuted: unread %d, want 2", n)
+	}
+	e.msg(peer, me, "after")
+	if n := unread(); n != 3 {
+		t.Fatalf("unmuted: unread %d after a new message, want 3", n)
+	}
+}
+
 func TestSyncInput(t *testing.T) {
 	e := newEnv(t, message.Config{})
 	ctx := context.Background()
