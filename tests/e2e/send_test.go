@@ -166,10 +166,37 @@ func TestFirstMessageRace(t *testing.T) {
 	}
 }
 
-// Two logic processes send into one conversation concurrently: MsgIds
-// increase in commit order, so a reader polling id > cursor never skips one.
+// readerPage is one SYNC_MESSAGES answer the reader got, kept to explain a
+// skip.
+type readerPage struct {
+	after, next int64
+	ids         []int64
+	at          time.Time
+}
+
+// Two logic processes (different machine ids) commit into one conversation
+// at once while a device of the recipient pages SYNC_MESSAGES as a client
+// does; once every send is acknowledged and the reader reached the newest
+// id, it must have been given every message: ids increase in commit order
+// and the watermark read never passes one that is still committing. Runs
+// with one transaction per send and with group commit.
 func TestOrderAcrossLogicInstances(t *testing.T) {
-	c := framework.NewCluster(t, framework.Options{Gates: 2, Logics: 2})
+	tests := []struct {
+		name string
+		env  []string
+	}{
+		{"one transaction per send", []string{"IM_LOGIC_COMMIT_WORKERS=-1"}},
+		{"group commit", []string{"IM_LOGIC_COMMIT_WORKERS=4"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			orderAcrossLogicInstances(t, tt.env)
+		})
+	}
+}
+
+func orderAcrossLogicInstances(t *testing.T, logicEnv []string) {
+	c := framework.NewCluster(t, framework.Options{Gates: 2, Logics: 2, LogicEnv: logicEnv})
 	ctx := ctxT(t, 2*time.Minute)
 	// Many devices per user spread the connections over both logic
 	// processes' streams.
@@ -177,6 +204,7 @@ func TestOrderAcrossLogicInstances(t *testing.T) {
 	for i := 0; i < 8; i++ {
 		senders = append(senders, c.Login(t, i%2, int64(5001+i%2), fmt.Sprintf("d%d", i)))
 	}
+	reader := c.Login(t, 1, 5002, "reader")
 	first, err := senders[0].Send(ctx, sendTo(5002, "open", text(t, "open")))
 	if err != nil {
 		t.Fatal(err)
@@ -185,9 +213,10 @@ func TestOrderAcrossLogicInstances(t *testing.T) {
 
 	stop := make(chan struct{})
 	seen := map[int64]bool{}
+	var pages []readerPage
 	var polled atomic.Int64 // the reader's cursor
 	pollerDone := make(chan error, 1)
-	go func() { // the reader: SELECT id > cursor, as SYNC_MESSAGES does
+	go func() { // the reader pages SYNC_MESSAGES from its cursor
 		cursor := int64(0)
 		for {
 			select {
@@ -196,21 +225,25 @@ func TestOrderAcrossLogicInstances(t *testing.T) {
 				return
 			default:
 			}
-			rows, err := c.DB().Query("SELECT id FROM t_messages WHERE conversation_id = ? AND id > ? ORDER BY id", conv, cursor)
+			p, err := reader.SyncMessagesPage(ctx, conv, cursor, 200)
 			if err != nil {
-				pollerDone <- err
+				pollerDone <- fmt.Errorf("reader at cursor %d: %w", cursor, err)
 				return
 			}
-			for rows.Next() {
-				var id int64
-				if err := rows.Scan(&id); err != nil {
-					pollerDone <- err
+			pg := readerPage{after: cursor, next: p.NextMsgID.Int64(), at: time.Now()}
+			for _, m := range p.Messages {
+				id := m.MsgID.Int64()
+				if id <= cursor {
+					pollerDone <- fmt.Errorf("reader got msg %d at or below its cursor %d", id, cursor)
 					return
 				}
 				seen[id] = true
-				cursor = id
+				pg.ids = append(pg.ids, id)
 			}
-			rows.Close()
+			pages = append(pages, pg)
+			if pg.next > cursor {
+				cursor = pg.next
+			}
 			polled.Store(cursor)
 		}
 	}()
@@ -263,20 +296,53 @@ func TestOrderAcrossLogicInstances(t *testing.T) {
 	}
 	defer rows.Close()
 	machines := map[int]int{}
-	total := 0
+	var all []int64
 	for rows.Next() {
 		var id int64
-		_ = rows.Scan(&id)
-		total++
-		machines[msgid.MachineOf(id)]++
-		if !seen[id] {
-			t.Errorf("msg %d was committed below the reader's cursor and skipped", id)
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
 		}
+		all = append(all, id)
+		machines[msgid.MachineOf(id)]++
 	}
-	if total != 1+len(senders)*each {
-		t.Fatalf("%d messages, want %d", total, 1+len(senders)*each)
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range all {
+		if seen[id] {
+			continue
+		}
+		// Diagnostics: the page that carried the cursor past the id, and
+		// the id's neighbours with their machines.
+		var passed readerPage
+		for _, p := range pages {
+			if p.after < id && p.next > id {
+				passed = p
+				break
+			}
+		}
+		prev, next := int64(0), int64(0)
+		if i > 0 {
+			prev = all[i-1]
+		}
+		if i+1 < len(all) {
+			next = all[i+1]
+		}
+		t.Errorf("msg %d (machine %d) was never given to the reader: the page after %d to %d at %s skipped it (it returned %d ids, first %v); neighbours %d (machine %d, seen %v) and %d (machine %d, seen %v)",
+			id, msgid.MachineOf(id), passed.after, passed.next, passed.at.Format("15:04:05.000000"), len(passed.ids), firstIDs(passed.ids, 5),
+			prev, msgid.MachineOf(prev), seen[prev], next, msgid.MachineOf(next), seen[next])
+	}
+	if len(all) != 1+len(senders)*each {
+		t.Fatalf("%d messages, want %d", len(all), 1+len(senders)*each)
 	}
 	if len(machines) < 2 {
 		t.Fatalf("all messages came from one logic process (machine ids %v): the test did not exercise two", machines)
 	}
+}
+
+func firstIDs(ids []int64, n int) []int64 {
+	if len(ids) < n {
+		return ids
+	}
+	return ids[:n]
 }
