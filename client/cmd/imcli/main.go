@@ -1,6 +1,9 @@
-// Command imcli is a small interactive client: it authenticates as a user,
-// prints incoming messages and kicks, and sends a text message for every
-// stdin line "<to_user_id> <text>".
+// Command imcli is a small interactive client. It authenticates as a user,
+// catches up on what arrived while it was away (SYNC_INBOX, then
+// SYNC_MESSAGES per changed conversation, from cursors kept in a state
+// file per user and device), prints the conversations with news and the
+// missed messages, then prints incoming messages and reads commands from
+// stdin: "<to_user_id> <text>" sends a text, /help lists the rest.
 //
 //	imcli -config deploy/dev/im.yaml -user 1001 [-device cli-1001] [-gate 127.0.0.1:8100]
 //	imcli -config deploy/dev/im.yaml -user 1001 -send-to 1002 -text hi
@@ -15,10 +18,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,15 +34,28 @@ import (
 
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
 type flags struct {
-	config, gate, device, api, apiKey, text string
-	user, sendTo                            int64
-	ttl                                     time.Duration
+	config, gate, device, api, apiKey, text, state string
+	user, sendTo                                   int64
+	ttl                                            time.Duration
+	missed                                         int
+	reconnect, resetState                          bool
 }
+
+const helpText = `commands:
+  <to_user_id> <text>     send a text message
+  /list                   conversations: unread, muted/pinned, last message
+  /history <conv> [n]     the newest n messages of a conversation (default 20)
+  /read <conv>            mark a conversation read up to its newest message
+  /recall <msg>           recall one of your messages (within the recall window)
+  /sync                   catch up now (also runs after login and every reconnect)
+  /help                   this text
+  /quit                   exit (so does end of input)`
 
 func main() {
 	var f flags
@@ -46,9 +65,13 @@ func main() {
 	flag.StringVar(&f.gate, "gate", "", "gate TCP address (default gate.tcp_addr of the config)")
 	flag.StringVar(&f.api, "api", "", "logic gRPC address: get the token from Api/IssueToken instead of minting it")
 	flag.StringVar(&f.apiKey, "api-key", "", "API key for -api")
-	flag.Int64Var(&f.sendTo, "send-to", 0, "send one message to this user and exit")
+	flag.Int64Var(&f.sendTo, "send-to", 0, "send one message to this user and exit (no sync)")
 	flag.StringVar(&f.text, "text", "", "text of the -send-to message")
 	flag.DurationVar(&f.ttl, "ttl", 24*time.Hour, "lifetime of a minted token")
+	flag.StringVar(&f.state, "state", "", "sync state file (default <user config dir>/spark-imcli/<user>-<device>.json)")
+	flag.BoolVar(&f.resetState, "reset-state", false, "forget the saved sync state and sync as a fresh device")
+	flag.IntVar(&f.missed, "missed", 20, "missed messages shown per conversation after login (0: all)")
+	flag.BoolVar(&f.reconnect, "reconnect", true, "reconnect (and sync again) when the connection is lost")
 	flag.Parse()
 	if f.user <= 0 {
 		fmt.Fprintln(os.Stderr, "imcli: -user is required")
@@ -69,61 +92,448 @@ func main() {
 func run(ctx context.Context, f flags) error {
 	cfg, err := config.Load(f.config)
 	if err != nil {
-		return err
+		return fmt.Errorf("load config: %w", err)
 	}
 	if f.gate == "" {
 		f.gate = cfg.Gate.TCPAddr
 	}
-	tok, err := getToken(ctx, f, cfg)
-	if err != nil {
-		return err
-	}
-	conn, err := client.Dial(ctx, f.gate, client.Options{})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = conn.Close() }()
-	auth, err := conn.Auth(ctx, tok, f.device, "cli", "imcli")
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
-	}
-	fmt.Printf("logged in as %d device %s via %s\n", auth.UserID, auth.DeviceID, f.gate)
-
+	a := &app{f: f, cfg: cfg, out: os.Stdout, sent: map[int64]bool{}}
 	if f.sendTo != 0 {
-		return send(ctx, conn, f.sendTo, f.text)
+		conn, err := a.login(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = conn.Close() }()
+		_, err = a.send(ctx, conn, f.sendTo, f.text)
+		return err
 	}
 
-	go printPushes(conn)
-	go heartbeat(ctx, conn)
+	if f.state == "" {
+		dir, err := os.UserConfigDir()
+		if err != nil {
+			return fmt.Errorf("no user config directory for the sync state (use -state): %w", err)
+		}
+		f.state = filepath.Join(dir, "spark-imcli", client.StateFileName(f.user, f.device))
+	}
+	if f.resetState {
+		if err := os.Remove(f.state); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("reset sync state: %w", err)
+		}
+	}
+	a.runner, err = client.NewSyncRunner(ctx, client.FileStateStore{Path: f.state}, f.user, f.device, client.SyncRunnerOptions{})
+	if err != nil {
+		return fmt.Errorf("%w (use -reset-state or another -state)", err)
+	}
+	a.f = f
 	lines := make(chan string)
 	go readLines(os.Stdin, lines)
+	return a.loop(ctx, lines)
+}
+
+// app is one imcli process: its flags, the sync runner that outlives
+// connections, and serialized output.
+type app struct {
+	f      flags
+	cfg    *config.Config
+	runner *client.SyncRunner
+
+	outMu sync.Mutex
+	out   io.Writer
+
+	sentMu sync.Mutex
+	sent   map[int64]bool // ids this process sent: not echoed back by sync
+}
+
+func (a *app) print(s string) {
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	_, _ = io.WriteString(a.out, s)
+}
+
+func (a *app) printf(format string, args ...any) { a.print(fmt.Sprintf(format, args...)) }
+
+func (a *app) errorf(format string, args ...any) {
+	a.outMu.Lock()
+	defer a.outMu.Unlock()
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+
+// login dials the gate and authenticates.
+func (a *app) login(ctx context.Context) (*client.Conn, error) {
+	tok, err := getToken(ctx, a.f, a.cfg)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := client.Dial(ctx, a.f.gate, client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	auth, err := conn.Auth(ctx, tok, a.f.device, "cli", "imcli")
+	if err != nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("auth: %w", err)
+	}
+	a.printf("logged in as %d device %s via %s\n", auth.UserID, auth.DeviceID, a.f.gate)
+	return conn, nil
+}
+
+type sessionEnd int
+
+const (
+	endQuit sessionEnd = iota
+	endLost
+	endKicked
+)
+
+// loop runs sessions until the user quits, the server kicks this device,
+// or (without -reconnect) the connection is lost. Every session starts
+// with a sync, so a reconnect catches up on what the gap missed.
+func (a *app) loop(ctx context.Context, lines <-chan string) error {
+	const maxBackoff = 30 * time.Second
+	backoff := time.Second
+	connected := false
+	for {
+		conn, err := a.login(ctx)
+		if err != nil {
+			if !connected || ctx.Err() != nil {
+				return err
+			}
+			a.errorf("reconnect: %v; next try in %v", err, backoff)
+			if !sleepCtx(ctx, backoff) {
+				return nil
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		connected, backoff = true, time.Second
+		end, err := a.session(ctx, conn, lines)
+		switch {
+		case end == endQuit:
+			return nil
+		case end == endKicked:
+			return err
+		case !a.f.reconnect:
+			return err
+		}
+		a.errorf("%v; reconnecting", err)
+	}
+}
+
+// session serves one connection: the sync after login, pushes (each one
+// triggers a sync, which prints what is new and moves the cursors),
+// heartbeats and stdin commands.
+func (a *app) session(ctx context.Context, conn *client.Conn, lines <-chan string) (sessionEnd, error) {
+	sctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		_ = conn.Close()
+		wg.Wait()
+	}()
+	hint := make(chan struct{}, 1)
+	var kickReason string // written by the pump before pumpDone closes
+	pumpDone := make(chan struct{})
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		defer close(pumpDone)
+		kickReason = a.pump(conn, hint)
+	}()
+	go func() {
+		defer wg.Done()
+		heartbeat(sctx, conn, a)
+	}()
+
+	a.sync(sctx, conn, true)
+	go func() {
+		defer wg.Done()
+		a.syncer(sctx, conn, hint)
+	}()
+
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return endQuit, nil
 		case <-conn.Done():
-			if err := conn.Err(); err != nil && !errors.Is(err, client.ErrClosed) {
-				return fmt.Errorf("connection closed: %w", err)
+			<-pumpDone // the KICK, if any, is read before Pushes closes
+			if kickReason != "" {
+				return endKicked, fmt.Errorf("kicked by the server: %s", kickReason)
 			}
-			return nil
+			err := conn.Err()
+			if err == nil || errors.Is(err, client.ErrClosed) {
+				err = io.EOF
+			}
+			return endLost, fmt.Errorf("connection closed: %w", err)
 		case line, ok := <-lines:
 			if !ok {
-				return nil // stdin closed
+				return endQuit, nil // stdin closed
 			}
-			to, text, found := strings.Cut(strings.TrimSpace(line), " ")
-			if strings.TrimSpace(line) == "" {
-				continue
-			}
-			uid, perr := strconv.ParseInt(to, 10, 64)
-			if !found || perr != nil || uid <= 0 {
-				fmt.Fprintln(os.Stderr, "usage: <to_user_id> <text>")
-				continue
-			}
-			if err := send(ctx, conn, uid, text); err != nil {
-				fmt.Fprintln(os.Stderr, "send:", err)
+			if quit := a.command(sctx, conn, strings.TrimSpace(line)); quit {
+				return endQuit, nil
 			}
 		}
 	}
+}
+
+// pump reads pushes: KICK is printed and returned, RECALL and DELETE are
+// shown at once, and every push is a hint to sync (messages, read marks on
+// other devices, settings): sync brings them with the gaps filled.
+func (a *app) pump(conn *client.Conn, hint chan<- struct{}) (kickReason string) {
+	for fr := range conn.Pushes() {
+		if !fr.IsPush() {
+			continue // a late answer to a request that gave up
+		}
+		switch fr.Command {
+		case protocol.CmdKick:
+			var k protocol.Kick
+			if env, err := fr.Envelope(); err == nil {
+				_ = json.Unmarshal(env.Data, &k)
+			}
+			if k.Reason == "" {
+				k.Reason = "unknown"
+			}
+			a.printf("KICK: %s\n", k.Reason)
+			kickReason = k.Reason
+			continue
+		case protocol.CmdRecallMessage, protocol.CmdDeleteMessage:
+			if e, ok := a.runner.NotePush(fr); ok {
+				a.print(eventLine(e))
+			}
+		}
+		select {
+		case hint <- struct{}{}:
+		default: // a sync is already due
+		}
+	}
+	return kickReason
+}
+
+// syncer runs a sync for each burst of hints.
+func (a *app) syncer(ctx context.Context, conn *client.Conn, hint <-chan struct{}) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hint:
+			a.sync(ctx, conn, false)
+		}
+	}
+}
+
+// sync runs the sync sequence and prints it: after login the changed
+// conversations and the missed messages, later only what is new.
+func (a *app) sync(ctx context.Context, conn *client.Conn, login bool) {
+	res, err := a.runner.Sync(ctx, conn)
+	var b strings.Builder
+	if login {
+		a.formatLoginSync(&b, res)
+	} else {
+		a.formatMessages(&b, res, 0)
+		for _, cid := range res.Removed {
+			fmt.Fprintf(&b, "[conv %d] you are no longer a member\n", cid)
+		}
+	}
+	a.print(b.String())
+	if err != nil && ctx.Err() == nil {
+		var ce *client.CodeError
+		if errors.As(err, &ce) && ce.Code == errcode.InvalidArgument {
+			// Cursors of another cluster or an older server version.
+			a.errorf("sync: %v (the saved state %s may be stale: -reset-state)", err, a.f.state)
+			return
+		}
+		a.errorf("sync: %v", err)
+	}
+}
+
+func (a *app) formatLoginSync(b *strings.Builder, res client.SyncResult) {
+	n := res.NewMessages()
+	events := 0
+	for _, e := range res.Events {
+		if eventLine(e) != "" {
+			events++
+		}
+	}
+	// A conversation that changed only by a read mark or a flag is not
+	// news; /list shows it.
+	var news []client.Conversation
+	for _, c := range res.Changed {
+		if c.Unread > 0 || len(res.Messages[c.ConversationID.Int64()]) > 0 {
+			news = append(news, c)
+		}
+	}
+	if len(news) == 0 && n == 0 && events == 0 && len(res.Removed) == 0 {
+		fmt.Fprintf(b, "sync: nothing new (%d conversations; /list)\n", len(a.runner.Conversations()))
+		return
+	}
+	fmt.Fprintf(b, "sync: %d conversations with news, %d new messages, %d events\n", len(news), n, events)
+	if len(news) > 0 {
+		b.WriteString("conversations:\n")
+		for _, c := range news {
+			b.WriteString(conversationLine(c))
+		}
+	}
+	for _, cid := range res.Removed {
+		fmt.Fprintf(b, "[conv %d] you are no longer a member\n", cid)
+	}
+	if n > 0 {
+		b.WriteString("missed messages:\n")
+	}
+	a.formatMessages(b, res, a.f.missed)
+}
+
+// formatMessages writes the new messages (at most limit per conversation,
+// the newest; 0 = all) and the events.
+func (a *app) formatMessages(b *strings.Builder, res client.SyncResult, limit int) {
+	for _, cid := range res.ConversationIDs() {
+		var ms []protocol.Message
+		a.sentMu.Lock()
+		for _, m := range res.Messages[cid] {
+			if !a.sent[m.MsgID.Int64()] {
+				ms = append(ms, m)
+			}
+		}
+		a.sentMu.Unlock()
+		if limit > 0 && len(ms) > limit {
+			fmt.Fprintf(b, "[conv %d] … %d earlier messages (/history %d %d)\n", cid, len(ms)-limit, cid, len(ms))
+			ms = ms[len(ms)-limit:]
+		}
+		for _, m := range ms {
+			b.WriteString(messageLine(m))
+		}
+	}
+	for _, e := range res.Events {
+		b.WriteString(eventLine(e))
+	}
+}
+
+// command runs one stdin line; it reports whether to quit.
+func (a *app) command(ctx context.Context, conn *client.Conn, line string) (quit bool) {
+	if line == "" {
+		return false
+	}
+	fields := strings.Fields(line)
+	idArg := func(i int, what string) (int64, bool) {
+		if len(fields) <= i {
+			a.errorf("usage: %s <%s>", fields[0], what)
+			return 0, false
+		}
+		v, err := strconv.ParseInt(fields[i], 10, 64)
+		if err != nil || v <= 0 {
+			a.errorf("%s: %q is not a %s id", fields[0], fields[i], what)
+			return 0, false
+		}
+		return v, true
+	}
+	switch fields[0] {
+	case "/quit", "/exit":
+		return true
+	case "/help":
+		a.print(helpText + "\n")
+	case "/list":
+		a.list()
+	case "/sync":
+		a.sync(ctx, conn, true)
+	case "/history":
+		cid, ok := idArg(1, "conv")
+		if !ok {
+			return false
+		}
+		n := 20
+		if len(fields) > 2 {
+			v, err := strconv.Atoi(fields[2])
+			if err != nil || v <= 0 {
+				a.errorf("/history: %q is not a count", fields[2])
+				return false
+			}
+			n = v
+		}
+		a.history(ctx, conn, cid, n)
+	case "/read":
+		cid, ok := idArg(1, "conv")
+		if !ok {
+			return false
+		}
+		reply, err := a.runner.MarkRead(ctx, conn, cid)
+		if err != nil {
+			a.errorf("read: %v", err)
+			return false
+		}
+		c, _ := a.runner.Conversation(cid)
+		a.printf("read conv %d up to #%d (unread %d)\n", cid, reply.MsgID, c.Unread)
+	case "/recall":
+		mid, ok := idArg(1, "msg")
+		if !ok {
+			return false
+		}
+		if err := conn.Recall(ctx, 0, mid); err != nil {
+			a.errorf("recall: %v", err)
+			return false
+		}
+		a.runner.NoteEvent(client.EventRecall, mid) // no echo from the mailbox
+		a.printf("recalled #%d\n", mid)
+	default:
+		if strings.HasPrefix(fields[0], "/") {
+			a.errorf("unknown command %s\n%s", fields[0], helpText)
+			return false
+		}
+		to, text, found := strings.Cut(line, " ")
+		uid, err := strconv.ParseInt(to, 10, 64)
+		if !found || err != nil || uid <= 0 {
+			a.errorf("usage: <to_user_id> <text>   (/help for commands)")
+			return false
+		}
+		ack, err := a.send(ctx, conn, uid, text)
+		if err != nil {
+			a.errorf("send: %v", err)
+			return false
+		}
+		// Catch up on the conversation now: the cursor moves past the
+		// message just sent, and anything that came in meanwhile shows.
+		ms, err := a.runner.SyncConversation(ctx, conn, ack.ConversationID.Int64())
+		var b strings.Builder
+		a.formatMessages(&b, client.SyncResult{Messages: map[int64][]protocol.Message{ack.ConversationID.Int64(): ms}}, 0)
+		a.print(b.String())
+		if err != nil {
+			a.errorf("sync after send: %v", err)
+		}
+	}
+	return false
+}
+
+func (a *app) list() {
+	convs := a.runner.Conversations()
+	var b strings.Builder
+	fmt.Fprintf(&b, "conversations (%d):\n", len(convs))
+	for _, c := range convs {
+		b.WriteString(conversationLine(c))
+	}
+	a.print(b.String())
+}
+
+func (a *app) history(ctx context.Context, conn *client.Conn, cid int64, n int) {
+	ms, total, err := client.History(ctx, conn, cid, n, 0)
+	if err != nil {
+		a.errorf("history: %v", err)
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "history of conv %d: %d of %d messages\n", cid, len(ms), total)
+	for _, m := range ms {
+		b.WriteString(messageLine(m))
+	}
+	a.print(b.String())
+}
+
+func (a *app) send(ctx context.Context, conn *client.Conn, to int64, text string) (protocol.SendAck, error) {
+	ack, err := conn.SendText(ctx, to, text)
+	if err != nil {
+		return ack, err
+	}
+	a.sentMu.Lock()
+	a.sent[ack.MsgID.Int64()] = true
+	a.sentMu.Unlock()
+	a.printf("sent msg_id=%d conv=%d\n", ack.MsgID, ack.ConversationID)
+	return ack, nil
 }
 
 func getToken(ctx context.Context, f flags, cfg *config.Config) (string, error) {
@@ -149,16 +559,7 @@ func getToken(ctx context.Context, f flags, cfg *config.Config) (string, error) 
 	return reply.GetToken(), nil
 }
 
-func send(ctx context.Context, conn *client.Conn, to int64, text string) error {
-	ack, err := conn.SendText(ctx, to, text)
-	if err != nil {
-		return err
-	}
-	fmt.Printf("sent msg_id=%d conv=%d\n", ack.MsgID, ack.ConversationID)
-	return nil
-}
-
-func heartbeat(ctx context.Context, conn *client.Conn) {
+func heartbeat(ctx context.Context, conn *client.Conn, a *app) {
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
@@ -168,36 +569,88 @@ func heartbeat(ctx context.Context, conn *client.Conn) {
 		case <-conn.Done():
 			return
 		case <-t.C:
-			if _, err := conn.Heartbeat(ctx); err != nil {
-				fmt.Fprintln(os.Stderr, "heartbeat:", err)
+			if _, err := conn.Heartbeat(ctx); err != nil && ctx.Err() == nil {
+				a.errorf("heartbeat: %v", err)
 			}
 		}
 	}
 }
 
-func printPushes(conn *client.Conn) {
-	for fr := range conn.Pushes() {
-		switch fr.Command {
-		case protocol.CmdMessage:
-			m, err := fr.Message()
-			if err != nil {
-				fmt.Fprintln(os.Stderr, "bad MESSAGE push:", err)
-				continue
-			}
-			fmt.Printf("[conv %d] %d: %s\n", m.ConversationID, m.SenderID, messageText(m))
-		case protocol.CmdKick:
-			var k protocol.Kick
-			if env, err := fr.Envelope(); err == nil {
-				_ = json.Unmarshal(env.Data, &k)
-			}
-			fmt.Printf("KICK: %s\n", k.Reason)
-		default:
-			fmt.Printf("push command %d: %s\n", fr.Command, fr.Body)
-		}
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
+}
+
+// conversationLine renders a list entry:
+//
+//	conv 7301 p2p 1002 unread 3 pinned muted | 1002: see you
+func conversationLine(c client.Conversation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  conv %d ", c.ConversationID)
+	if c.ConversationType == protocol.ConversationGroup {
+		fmt.Fprintf(&b, "group %d", c.GroupID)
+	} else {
+		fmt.Fprintf(&b, "p2p %d", c.PeerID)
+	}
+	fmt.Fprintf(&b, " unread %d", c.Unread)
+	if c.Pinned {
+		b.WriteString(" pinned")
+	}
+	if c.Muted {
+		b.WriteString(" muted")
+	}
+	switch p := c.Preview; {
+	case p == nil:
+		b.WriteString(" | (no messages)")
+	case p.Recalled:
+		fmt.Fprintf(&b, " | %d: (recalled)", p.SenderID)
+	default:
+		fmt.Fprintf(&b, " | %d: %s", p.SenderID, oneLine(p.Text, 60))
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+// messageLine renders a message: [conv 7301] 15:04:05 #7302 1002: hello
+func messageLine(m protocol.Message) string {
+	at := ""
+	if m.CreatedAt > 0 {
+		at = time.UnixMilli(m.CreatedAt).Format("15:04:05") + " "
+	}
+	return fmt.Sprintf("[conv %d] %s#%d %d: %s\n", m.ConversationID, at, m.MsgID, m.SenderID, messageText(m))
+}
+
+// eventLine renders a mailbox event (or the push standing for one).
+func eventLine(e client.MailboxEvent) string {
+	switch e.EventType {
+	case client.EventRecall:
+		return fmt.Sprintf("[conv %d] #%d was recalled\n", e.ConversationID, e.MsgID)
+	case client.EventDelete:
+		return fmt.Sprintf("[conv %d] #%d was deleted for you\n", e.ConversationID, e.MsgID)
+	case client.EventKick:
+		var k protocol.KickPayload
+		_ = json.Unmarshal(e.Payload, &k)
+		return fmt.Sprintf("while away: kicked (%s)\n", k.Reason)
+	case client.EventMissedMessage:
+		return "" // the messages themselves came with the sync
+	case client.EventMembership:
+		return fmt.Sprintf("[conv %d] membership changed: %s\n", e.ConversationID, e.Payload)
+	case client.EventFriend:
+		return fmt.Sprintf("friend event: %s\n", e.Payload)
+	}
+	return fmt.Sprintf("event %d conv %d msg %d: %s\n", e.EventType, e.ConversationID, e.MsgID, e.Payload)
 }
 
 func messageText(m protocol.Message) string {
+	if m.Status == protocol.StatusRecalled {
+		return "(recalled)"
+	}
 	if m.MessageType == 1 {
 		var c struct {
 			Text string `json:"text"`
@@ -207,6 +660,14 @@ func messageText(m protocol.Message) string {
 		}
 	}
 	return string(m.Content)
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func readLines(r io.Reader, out chan<- string) {

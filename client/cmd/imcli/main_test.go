@@ -1,0 +1,45 @@
+package main
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/sparkim/spark/client"
+	"github.com/sparkim/spark/pkg/protocol"
+)
+
+func TestConversationLine(t *testing.T) {
+	for _, tc := range []struct {
+		c    client.Conversation
+		want string
+	}{
+		{client.Conversation{ConversationID: 7, ConversationType: protocol.ConversationP2P, PeerID: 1002, Unread: 3,
+			Preview: &client.Preview{SenderID: 1002, Text: "see\nyou"}}, "  conv 7 p2p 1002 unread 3 | 1002: see you\n"},
+		{client.Conversation{ConversationID: 8, ConversationType: protocol.ConversationGroup, GroupID: 55, Muted: true, Pinned: true,
+			Preview: &client.Preview{SenderID: 9, Recalled: true}}, "  conv 8 group 55 unread 0 pinned muted | 9: (recalled)\n"},
+		{client.Conversation{ConversationID: 9, ConversationType: protocol.ConversationP2P, PeerID: 3}, "  conv 9 p2p 3 unread 0 | (no messages)\n"},
+	} {
+		if got := conversationLine(tc.c); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+func TestMessageAndEventLines(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{messageLine(protocol.Message{MsgID: 5, ConversationID: 7, SenderID: 1002, MessageType: 1, Content: json.RawMessage(`{"t":1,"text":"hi"}`)}), "[conv 7] #5 1002: hi\n"},
+		{messageLine(protocol.Message{MsgID: 6, ConversationID: 7, SenderID: 1002, MessageType: 1, Status: protocol.StatusRecalled}), "[conv 7] #6 1002: (recalled)\n"},
+		{messageLine(protocol.Message{MsgID: 7, ConversationID: 7, SenderID: 1, MessageType: 2, Content: json.RawMessage(`{"t":2,"key":"k"}`)}), "[conv 7] #7 1: {\"t\":2,\"key\":\"k\"}\n"},
+		{eventLine(client.MailboxEvent{EventType: client.EventRecall, ConversationID: 7, MsgID: 5}), "[conv 7] #5 was recalled\n"},
+		{eventLine(client.MailboxEvent{EventType: client.EventDelete, ConversationID: 7, MsgID: 6}), "[conv 7] #6 was deleted for you\n"},
+		{eventLine(client.MailboxEvent{EventType: client.EventKick, Payload: json.RawMessage(`{"reason":"revoked"}`)}), "while away: kicked (revoked)\n"},
+		{eventLine(client.MailboxEvent{EventType: client.EventMissedMessage, ConversationID: 7, MsgID: 5}), ""},
+		{eventLine(client.MailboxEvent{EventType: 42, ConversationID: 1, MsgID: 2, Payload: json.RawMessage(`{}`)}), "event 42 conv 1 msg 2: {}\n"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
