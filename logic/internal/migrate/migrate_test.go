@@ -130,3 +130,43 @@ func TestUpEmbedded(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbeddedComments holds the schema to DESIGN §5: every table and
+// column the embedded migrations create carries a COMMENT, so the schema
+// documents itself in the database too.
+func TestEmbeddedComments(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	dsn := testenv.EmptyDatabase(t)
+	if _, err := migrate.Up(ctx, dsn, migrations.Files); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	queries := []struct {
+		what, q string
+	}{
+		{"table", "SELECT TABLE_NAME FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() AND TABLE_COMMENT = ''"},
+		{"column", "SELECT CONCAT(TABLE_NAME, '.', COLUMN_NAME) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND COLUMN_COMMENT = ''"},
+	}
+	for _, qq := range queries {
+		rows, err := db.QueryContext(ctx, qq.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				t.Fatal(err)
+			}
+			t.Errorf("%s %s has no COMMENT", qq.what, name)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+	}
+}
