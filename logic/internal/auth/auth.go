@@ -82,14 +82,10 @@ func New(st *store.Store, rdb redis.Cmdable, secret []byte, kicker Kicker, log *
 // learns why even when the KICK push did not reach it.
 func (s *Service) RecordKicks(mb Mailbox) { s.mailbox = mb }
 
-// Auth handles an AUTH body on conn. On success it returns the session to
-// bind and the reply; errors are *errcode.Error (40101 means the gate
-// should close the connection).
-func (s *Service) Auth(ctx context.Context, conn Conn, body []byte) (*logicv1.Session, *protocol.AuthReply, error) {
-	var req protocol.AuthRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, nil, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body", err)
-	}
+// Auth authenticates conn with an AUTH request. On success it returns the
+// session to bind and the reply; errors are *errcode.Error (40101 means the
+// gate should close the connection).
+func (s *Service) Auth(ctx context.Context, conn Conn, req protocol.AuthRequest) (*logicv1.Session, *protocol.AuthReply, error) {
 	if !protocol.ValidDeviceID(req.DeviceID) {
 		return nil, nil, errcode.New(errcode.InvalidArgument, "device_id must be 1-64 of [A-Za-z0-9._-]")
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
@@ -33,10 +34,13 @@ type Handler struct {
 	Auth *auth.Service
 	Send *message.Service
 	// Inbox answers SYNC_INBOX and SYNC_MESSAGES.
-	Inbox   *inbox.Service
-	IDs     message.IDs
-	Log     *zap.Logger
-	Metrics *metrics.Metrics
+	Inbox *inbox.Service
+	IDs   message.IDs
+	// SendLimit limits SEND_MESSAGE per (user, device) at this front door;
+	// nil allows everything.
+	SendLimit *ratelimit.Limiter
+	Log       *zap.Logger
+	Metrics   *metrics.Metrics
 	// Timeout bounds one request (default DefaultRequestTimeout).
 	Timeout time.Duration
 
@@ -88,9 +92,13 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 			err = errcode.New(errcode.InvalidArgument, "already authenticated")
 			return resp
 		}
+		var areq protocol.AuthRequest
+		if err = decode(req.Body, &areq, "invalid JSON body"); err != nil {
+			return resp
+		}
 		var bind *logicv1.Session
 		var reply *protocol.AuthReply
-		bind, reply, err = h.Auth.Auth(ctx, auth.Conn{GateID: gateID, ConnID: req.ConnId}, req.Body)
+		bind, reply, err = h.Auth.Auth(ctx, auth.Conn{GateID: gateID, ConnID: req.ConnId}, areq)
 		if err != nil {
 			if c, _ := errcode.Of(err); c == errcode.BadToken {
 				resp.Close = true
@@ -110,8 +118,16 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		}
 		data, err = json.Marshal(protocol.MsgIDReply{MsgID: jsonid.ID(id)})
 	case cmd == uint32(protocol.CmdSendMessage):
+		if h.SendLimit != nil && !h.SendLimit.Allow(sess.UserId, sess.DeviceId, time.Now()) {
+			err = errcode.New(errcode.RateLimited, "too many messages, slow down")
+			return resp
+		}
+		var sreq protocol.SendRequest
+		if err = decode(req.Body, &sreq, "invalid JSON body"); err != nil {
+			return resp
+		}
 		var ack *protocol.SendAck
-		ack, err = h.Send.Send(ctx, message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}, req.Body)
+		ack, err = h.Send.Send(ctx, message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}, message.SendRequestOf(sreq))
 		if err == nil {
 			if data, err = json.Marshal(ack); err == nil {
 				resp.Command = uint32(protocol.CmdSendAck)
@@ -125,10 +141,20 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		u := inbox.User{UserID: sess.UserId, DeviceID: sess.DeviceId}
 		last, next := protocol.CmdSyncInboxFinish, protocol.CmdSyncInbox
 		if cmd == uint32(protocol.CmdSyncInbox) {
-			reply, more, err = h.Inbox.SyncInbox(ctx, u, req.Body)
+			var ireq protocol.SyncInboxRequest
+			if len(req.Body) > 0 { // a fresh device may send no body at all
+				if err = decode(req.Body, &ireq, "invalid JSON body"); err != nil {
+					return resp
+				}
+			}
+			reply, more, err = h.Inbox.SyncInbox(ctx, u, ireq)
 		} else {
 			last, next = protocol.CmdSyncMessagesDone, protocol.CmdSyncMessages
-			reply, more, err = h.Inbox.SyncMessages(ctx, u, req.Body)
+			var mreq protocol.SyncMessagesRequest
+			if err = decode(req.Body, &mreq, invalidIDs); err != nil {
+				return resp
+			}
+			reply, more, err = h.Inbox.SyncMessages(ctx, u, mreq)
 		}
 		if err == nil {
 			if data, err = json.Marshal(reply); err == nil {
@@ -144,13 +170,25 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		var reply any
 		switch uint16(cmd) {
 		case protocol.CmdReadMessage:
-			reply, err = h.Send.Read(ctx, from, req.Body)
+			var r protocol.ReadRequest
+			if err = decode(req.Body, &r, invalidIDs); err == nil {
+				reply, err = h.Send.Read(ctx, from, r)
+			}
 		case protocol.CmdRecallMessage:
-			reply, err = h.Send.Recall(ctx, from, req.Body)
+			var r protocol.MessageRef
+			if err = decode(req.Body, &r, invalidIDs); err == nil {
+				reply, err = h.Send.Recall(ctx, from, r)
+			}
 		case protocol.CmdDeleteMessage:
-			reply, err = h.Send.Delete(ctx, from, req.Body)
+			var r protocol.MessageRef
+			if err = decode(req.Body, &r, invalidIDs); err == nil {
+				reply, err = h.Send.Delete(ctx, from, r)
+			}
 		default:
-			reply, err = h.Send.Settings(ctx, from, req.Body)
+			var r protocol.SettingsRequest
+			if err = decode(req.Body, &r, "invalid JSON body (ids are integers, flags booleans)"); err == nil {
+				reply, err = h.Send.Settings(ctx, from, r)
+			}
 		}
 		if err == nil {
 			data, err = json.Marshal(reply)
@@ -161,6 +199,20 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		err = errcode.New(errcode.InvalidArgument, "unknown command")
 	}
 	return resp
+}
+
+// invalidIDs is the 40001 message of a body that does not decode where the
+// usual mistake is an id that is not an integer.
+const invalidIDs = "invalid JSON body (ids are integers)"
+
+// decode reads a request body into its typed request: this handler is the
+// client protocol's adapter, and the domain services never see JSON. A
+// malformed body is 40001 with msg.
+func decode(body []byte, v any, msg string) error {
+	if err := json.Unmarshal(body, v); err != nil {
+		return errcode.Wrap(errcode.InvalidArgument, msg, err)
+	}
+	return nil
 }
 
 // finish writes the envelope into resp, counts and logs the request.

@@ -3,10 +3,12 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -113,6 +115,16 @@ func TestCommandsNeedSession(t *testing.T) {
 		{"second AUTH", sess, 1, `{}`, errcode.InvalidArgument, 1, ""},
 		{"send invalid JSON", sess, 4, `{"to_user_id":`, errcode.InvalidArgument, 4, ""},
 		{"read: no ids", sess, 8, "{}", errcode.InvalidArgument, 8, ""},
+		{"read: id not an integer", sess, 8, `{"conversation_id":"x","msg_id":"1"}`, errcode.InvalidArgument, 8, "invalid JSON body (ids are integers)"},
+		{"recall: invalid JSON", sess, 9, `{"msg_id":`, errcode.InvalidArgument, 9, "invalid JSON body (ids are integers)"},
+		{"delete: id not an integer", sess, 15, `{"msg_id":"abc"}`, errcode.InvalidArgument, 15, "invalid JSON body (ids are integers)"},
+		{"sync messages: empty body", sess, 12, "", errcode.InvalidArgument, 12, "invalid JSON body (ids are integers)"},
+		{"sync inbox: invalid JSON", sess, 10, `{"dialog_cursor":`, errcode.InvalidArgument, 10, "invalid JSON body"},
+		{"sync inbox: empty body is a fresh device", sess, 10, "", errcode.OK, 11, ""},
+		{"conversation settings: muted not a boolean", sess, uint32(protocol.CmdConversationSettings), `{"conversation_id":"5","muted":"yes"}`, errcode.InvalidArgument, uint32(protocol.CmdConversationSettings), "invalid JSON body (ids are integers, flags booleans)"},
+		{"sync inbox: mailbox seq not an integer", sess, 10, `{"mailbox_seq":"1.5"}`, errcode.InvalidArgument, 10, "invalid JSON body"},
+		{"sync messages: cursor not an integer", sess, 12, `{"conversation_id":"5","last_msg_id":"abc"}`, errcode.InvalidArgument, 12, "invalid JSON body (ids are integers)"},
+		{"sync messages: fractional cursor", sess, 12, `{"conversation_id":"5","last_msg_id":1.5}`, errcode.InvalidArgument, 12, "invalid JSON body (ids are integers)"},
 		{"delete: no msg_id", sess, 15, "{}", errcode.InvalidArgument, 15, ""},
 		{"conversation settings: no conversation_id", sess, uint32(protocol.CmdConversationSettings), "{}", errcode.InvalidArgument, uint32(protocol.CmdConversationSettings), ""},
 		{"SEND_ACK is not a request", sess, uint32(protocol.CmdSendAck), "{}", errcode.InvalidArgument, uint32(protocol.CmdSendAck), "not a request command"},
@@ -139,5 +151,38 @@ func TestCommandsNeedSession(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The send limit is the client front door's: SEND_MESSAGE per (user,
+// device) past the burst is 42901 before the body is even read; another
+// device of the same user has its own bucket.
+func TestSendRateLimitPerDevice(t *testing.T) {
+	e := newEnv(t, 33)
+	e.handler.SendLimit = ratelimit.New(1, 3)
+	ctx := context.Background()
+	from, to := testenv.RandomUserID(), testenv.RandomUserID()
+	now := time.Now()
+	for _, u := range []int64{from, to} {
+		if err := e.st.EnsureUser(ctx, u, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send := func(device string, i int) errcode.Code {
+		b, _ := json.Marshal(map[string]any{"to_user_id": fmt.Sprint(to), "client_msg_id": fmt.Sprint(device, i), "message_type": 1,
+			"content": map[string]any{"t": 1, "text": "x"}})
+		resp := e.handler.Handle(ctx, "gate-x", &logicv1.Request{ConnId: 1, Session: &logicv1.Session{UserId: from, DeviceId: device}, Command: 4, Body: b})
+		return decode(t, resp.Body).Code
+	}
+	var codes []errcode.Code
+	for i := 0; i < 5; i++ {
+		codes = append(codes, send("d", i))
+	}
+	want := []errcode.Code{"0", "0", "0", errcode.RateLimited, errcode.RateLimited}
+	if fmt.Sprint(codes) != fmt.Sprint(want) {
+		t.Fatalf("codes %v, want %v", codes, want)
+	}
+	if c := send("d2", 0); c != errcode.OK {
+		t.Fatalf("another device: %s", c)
 	}
 }

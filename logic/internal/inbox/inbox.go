@@ -82,13 +82,7 @@ func newEpoch() string {
 
 // SyncInbox answers one SYNC_INBOX request. more reports whether another
 // page follows (answer command 10; 11 when false).
-func (s *Service) SyncInbox(ctx context.Context, u User, body []byte) (reply *protocol.SyncInboxReply, more bool, err error) {
-	var req protocol.SyncInboxRequest
-	if len(body) > 0 {
-		if err := json.Unmarshal(body, &req); err != nil {
-			return nil, false, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body", err)
-		}
-	}
+func (s *Service) SyncInbox(ctx context.Context, u User, req protocol.SyncInboxRequest) (reply *protocol.SyncInboxReply, more bool, err error) {
 	cur, err := dialog.ParseCursor(string(req.DialogCursor))
 	if err != nil {
 		return nil, false, errcode.Wrap(errcode.InvalidArgument, "malformed dialog_cursor", err)
@@ -209,11 +203,7 @@ func conversation(cid int64, st dialog.State) protocol.Conversation {
 
 // SyncMessages answers one SYNC_MESSAGES request. more reports whether
 // another page follows (answer command 12; 13 when false).
-func (s *Service) SyncMessages(ctx context.Context, u User, body []byte) (reply *protocol.SyncMessagesReply, more bool, err error) {
-	var req protocol.SyncMessagesRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, false, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body (ids are integers)", err)
-	}
+func (s *Service) SyncMessages(ctx context.Context, u User, req protocol.SyncMessagesRequest) (reply *protocol.SyncMessagesReply, more bool, err error) {
 	cid := req.ConversationID.Int64()
 	if cid <= 0 {
 		return nil, false, errcode.New(errcode.InvalidArgument, "conversation_id is required")

@@ -89,7 +89,7 @@ func (e *env) msg(from, to int64, text string) (int64, int64) {
 	e.t.Helper()
 	e.n++
 	ack, err := e.send.Send(context.Background(), message.Sender{UserID: from, DeviceID: "dev"},
-		body("to_user_id", id(to), "client_msg_id", fmt.Sprintf("c%d", e.n), "message_type", 1, "content", map[string]any{"t": 1, "text": text}))
+		sendReq(body("to_user_id", id(to), "client_msg_id", fmt.Sprintf("c%d", e.n), "message_type", 1, "content", map[string]any{"t": 1, "text": text})))
 	if err != nil {
 		e.t.Fatalf("send: %v", err)
 	}
@@ -120,7 +120,7 @@ func (e *env) deliver(msgID int64) {
 func (e *env) sync(uid int64, cursor string, seq int64, limit int) (*protocol.SyncInboxReply, bool) {
 	e.t.Helper()
 	r, more, err := e.inbox.SyncInbox(context.Background(), inbox.User{UserID: uid, DeviceID: "dev"},
-		body("dialog_cursor", cursor, "mailbox_seq", id(seq), "limit", limit))
+		wire[protocol.SyncInboxRequest](body("dialog_cursor", cursor, "mailbox_seq", id(seq), "limit", limit)))
 	if err != nil {
 		e.t.Fatalf("sync inbox: %v", err)
 	}
@@ -149,7 +149,7 @@ func (e *env) syncAll(uid int64, cursor string, limit int) (map[int64]protocol.C
 func (e *env) messages(uid, cid, after int64, limit int) *protocol.SyncMessagesReply {
 	e.t.Helper()
 	r, _, err := e.inbox.SyncMessages(context.Background(), inbox.User{UserID: uid, DeviceID: "dev"},
-		body("conversation_id", id(cid), "last_msg_id", id(after), "limit", limit))
+		wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", id(after), "limit", limit)))
 	if err != nil {
 		e.t.Fatalf("sync messages: %v", err)
 	}
@@ -256,7 +256,7 @@ func TestColdPathEqualsIncremental(t *testing.T) {
 	e.msg(u[3], me, strings.Repeat("long text ", 20))
 	_, m := e.msg(u[3], me, "newest")
 	c3, _ := e.st.FindP2P(ctx, me, u[3])
-	if _, err := e.send.Read(ctx, message.Sender{UserID: me, DeviceID: "dev"}, body("conversation_id", id(c3), "msg_id", id(mids[2]))); err != nil {
+	if _, err := e.send.Read(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.ReadRequest](body("conversation_id", id(c3), "msg_id", id(mids[2])))); err != nil {
 		t.Fatal(err)
 	}
 	e.msg(u[1], me, "after read")
@@ -319,11 +319,10 @@ func TestReadNeverMovesBack(t *testing.T) {
 		{"beyond the newest is clamped", body("conversation_id", id(cid), "msg_id", id(ids[4]+1_000_000)), errcode.OK, ids[4], 0},
 		{"no conversation", body("msg_id", id(ids[0])), errcode.InvalidArgument, 0, 0},
 		{"no ids", body("conversation_id", id(cid), "msg_id", "0", "last_msg_id", -1), errcode.InvalidArgument, 0, 0},
-		{"not an integer", body("conversation_id", id(cid), "msg_id", "x"), errcode.InvalidArgument, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := e.send.Read(ctx, from, tt.body)
+			r, err := e.send.Read(ctx, from, wire[protocol.ReadRequest](tt.body))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -340,7 +339,7 @@ func TestReadNeverMovesBack(t *testing.T) {
 		})
 	}
 	other := e.users(1)[0]
-	if _, err := e.send.Read(ctx, message.Sender{UserID: other, DeviceID: "x"}, body("conversation_id", id(cid), "msg_id", id(ids[0]))); code(err) != errcode.Forbidden {
+	if _, err := e.send.Read(ctx, message.Sender{UserID: other, DeviceID: "x"}, wire[protocol.ReadRequest](body("conversation_id", id(cid), "msg_id", id(ids[0])))); code(err) != errcode.Forbidden {
 		t.Fatalf("non-member read: %v", err)
 	}
 	if n := signals(t, e.rdb, cid, protocol.CmdReadMessage); n != 3 {
@@ -395,7 +394,7 @@ func TestRecall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := tt.svc.Recall(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, tt.body)
+			r, err := tt.svc.Recall(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, wire[protocol.MessageRef](tt.body))
 			c, msg := errcode.Of(err)
 			if c != tt.want || (tt.msg != "" && msg != tt.msg) {
 				t.Fatalf("got %s %q, want %s %q", c, msg, tt.want, tt.msg)
@@ -439,7 +438,7 @@ func TestRecall(t *testing.T) {
 		t.Fatalf("my conversation after recall %+v", c)
 	}
 	// Recalling the newest message: the preview says so.
-	if _, err := e.send.Recall(ctx, message.Sender{UserID: me, DeviceID: "dev"}, body("msg_id", id(m2))); err != nil {
+	if _, err := e.send.Recall(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.MessageRef](body("msg_id", id(m2)))); err != nil {
 		t.Fatal(err)
 	}
 	theirs, _ := e.syncAll(peer, "0", 100)
@@ -468,14 +467,13 @@ func TestDeleteForMe(t *testing.T) {
 	}{
 		{"not a member", stranger, body("msg_id", id(m2)), errcode.Forbidden},
 		{"unknown", me, body("msg_id", id(m3+999)), errcode.NotFound},
-		{"malformed", me, body("msg_id", "abc"), errcode.InvalidArgument},
 		{"mine", me, body("msg_id", id(m2)), errcode.OK},
 		{"twice", me, body("msg_id", id(m2), "conversation_id", id(cid)), errcode.OK},
 		{"the newest", me, body("msg_id", id(m3)), errcode.OK},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.send.Delete(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, tt.body)
+			_, err := e.send.Delete(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, wire[protocol.MessageRef](tt.body))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -505,7 +503,7 @@ func TestDeleteForMe(t *testing.T) {
 	// (the repeat wrote none), so another device that was offline and holds
 	// them drops them on sync; the peer gets none.
 	for _, device := range []string{"dev", "phone-that-was-offline"} {
-		r, _, err := e.inbox.SyncInbox(ctx, inbox.User{UserID: me, DeviceID: device}, body("dialog_cursor", "0", "mailbox_seq", "0"))
+		r, _, err := e.inbox.SyncInbox(ctx, inbox.User{UserID: me, DeviceID: device}, wire[protocol.SyncInboxRequest](body("dialog_cursor", "0", "mailbox_seq", "0")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -546,11 +544,10 @@ func TestSettings(t *testing.T) {
 		{"nothing", u[0], body("conversation_id", id(cid)), errcode.OK, true, false},
 		{"not a member", u[2], body("conversation_id", id(cid), "muted", yes), errcode.Forbidden, false, false},
 		{"no conversation", u[0], body("muted", yes), errcode.InvalidArgument, false, false},
-		{"not a boolean", u[0], body("conversation_id", id(cid), "muted", "yes"), errcode.InvalidArgument, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := e.send.Settings(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, tt.body)
+			r, err := e.send.Settings(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, wire[protocol.SettingsRequest](tt.body))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -579,7 +576,7 @@ func TestMutedConversationUnread(t *testing.T) {
 	cid, _ := e.msg(peer, me, "before the mute")
 	mute := func(on bool) {
 		t.Helper()
-		if _, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, body("conversation_id", id(cid), "muted", on)); err != nil {
+		if _, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.SettingsRequest](body("conversation_id", id(cid), "muted", on))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -630,20 +627,17 @@ func TestSyncInput(t *testing.T) {
 		body string
 		want errcode.Code
 	}{
-		{"empty body", ``, errcode.OK},
 		{"fresh", `{"dialog_cursor":"0","mailbox_seq":"0","limit":10}`, errcode.OK},
 		{"numeric zero cursor", `{"dialog_cursor":0,"mailbox_seq":0}`, errcode.OK},
 		{"cursor without version", `{"dialog_cursor":"abc"}`, errcode.InvalidArgument},
 		{"cursor with a bad version", `{"dialog_cursor":"e.x"}`, errcode.InvalidArgument},
 		{"negative version", `{"dialog_cursor":"e.-1"}`, errcode.InvalidArgument},
 		{"negative mailbox seq", `{"mailbox_seq":"-1"}`, errcode.InvalidArgument},
-		{"mailbox seq not an integer", `{"mailbox_seq":"1.5"}`, errcode.InvalidArgument},
 		{"negative limit", `{"limit":-1}`, errcode.InvalidArgument},
-		{"not JSON", `{`, errcode.InvalidArgument},
 	}
 	for _, tt := range inboxTests {
 		t.Run("inbox "+tt.name, func(t *testing.T) {
-			_, _, err := e.inbox.SyncInbox(ctx, user, []byte(tt.body))
+			_, _, err := e.inbox.SyncInbox(ctx, user, wire[protocol.SyncInboxRequest]([]byte(tt.body)))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -663,14 +657,12 @@ func TestSyncInput(t *testing.T) {
 		{"not a member", stranger, fmt.Sprintf(`{"conversation_id":"%d"}`, cid), errcode.Forbidden, 0, false},
 		{"unknown conversation", me, `{"conversation_id":"123"}`, errcode.Forbidden, 0, false},
 		{"missing conversation_id", me, `{"last_msg_id":"0"}`, errcode.InvalidArgument, 0, false},
-		{"cursor not an integer", me, fmt.Sprintf(`{"conversation_id":"%d","last_msg_id":"abc"}`, cid), errcode.InvalidArgument, 0, false},
-		{"fractional cursor", me, fmt.Sprintf(`{"conversation_id":"%d","last_msg_id":1.5}`, cid), errcode.InvalidArgument, 0, false},
 		{"negative cursor", me, fmt.Sprintf(`{"conversation_id":"%d","last_msg_id":"-1"}`, cid), errcode.InvalidArgument, 0, false},
 		{"negative limit", me, fmt.Sprintf(`{"conversation_id":"%d","limit":-5}`, cid), errcode.InvalidArgument, 0, false},
 	}
 	for _, tt := range msgTests {
 		t.Run("messages "+tt.name, func(t *testing.T) {
-			r, more, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: tt.user, DeviceID: "dev"}, []byte(tt.body))
+			r, more, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: tt.user, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest]([]byte(tt.body)))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -689,12 +681,12 @@ func TestSyncInput(t *testing.T) {
 	}
 	// Paging to the end: 206 messages in pages of 200 → 200 + 6, last one
 	// not "more".
-	r, more, _ := e.inbox.SyncMessages(ctx, user, body("conversation_id", id(cid), "limit", 200))
-	r2, more2, _ := e.inbox.SyncMessages(ctx, user, body("conversation_id", id(cid), "limit", 200, "last_msg_id", r.NextMsgID.String()))
+	r, more, _ := e.inbox.SyncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "limit", 200)))
+	r2, more2, _ := e.inbox.SyncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "limit", 200, "last_msg_id", r.NextMsgID.String())))
 	if !more || more2 || len(r2.Messages) != 6 {
 		t.Fatalf("pages: more %v, then %d more %v", more, len(r2.Messages), more2)
 	}
-	r3, more3, _ := e.inbox.SyncMessages(ctx, user, body("conversation_id", id(cid), "last_msg_id", r2.NextMsgID.String()))
+	r3, more3, _ := e.inbox.SyncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", r2.NextMsgID.String())))
 	if more3 || len(r3.Messages) != 0 || r3.NextMsgID != r2.NextMsgID {
 		t.Fatalf("past the end: %+v", r3)
 	}

@@ -18,15 +18,6 @@ import (
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
-// decode reads a request body; a malformed one (or an id that is not an
-// integer) is 40001.
-func decode(body []byte, v any) error {
-	if err := json.Unmarshal(body, v); err != nil {
-		return errcode.Wrap(errcode.InvalidArgument, "invalid JSON body (ids are integers)", err)
-	}
-	return nil
-}
-
 // member checks that the user is a member of the conversation: 40301
 // otherwise (an unknown conversation too: nothing about it is revealed).
 func (s *Service) member(ctx context.Context, cid, uid int64) (store.Member, error) {
@@ -75,11 +66,7 @@ func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64
 // Read handles READ_MESSAGE (8): last_read_msg_id moves forward only,
 // clamped to the conversation's last_msg_id; the answer carries the
 // effective value.
-func (s *Service) Read(ctx context.Context, from Sender, body []byte) (*protocol.ReadReply, error) {
-	var req protocol.ReadRequest
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadRequest) (*protocol.ReadReply, error) {
 	cid := req.ConversationID.Int64()
 	mid := req.MsgID.Int64()
 	if mid <= 0 {
@@ -128,11 +115,7 @@ func (s *Service) Read(ctx context.Context, from Sender, body []byte) (*protocol
 // marks the message recalled and every participant gets a RECALL mailbox
 // event in the same transaction; then their list entries are invalidated
 // and a SIGNAL pushes 9 to their devices. Recalling twice answers the same.
-func (s *Service) Recall(ctx context.Context, from Sender, body []byte) (*protocol.MessageRef, error) {
-	var req protocol.MessageRef
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageRef) (*protocol.MessageRef, error) {
 	if req.MsgID <= 0 || req.ConversationID < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
 	}
@@ -168,11 +151,7 @@ func (s *Service) Recall(ctx context.Context, from Sender, body []byte) (*protoc
 }
 
 // Delete handles DELETE_MESSAGE (15): delete for me, on all my devices.
-func (s *Service) Delete(ctx context.Context, from Sender, body []byte) (*protocol.MessageRef, error) {
-	var req protocol.MessageRef
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageRef) (*protocol.MessageRef, error) {
 	if req.MsgID <= 0 || req.ConversationID < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
 	}
@@ -214,11 +193,7 @@ func (s *Service) Delete(ctx context.Context, from Sender, body []byte) (*protoc
 
 // Settings handles CONVERSATION_SETTINGS (16): mute / pin flags of the
 // user's membership (absent = unchanged); the answer carries both flags.
-func (s *Service) Settings(ctx context.Context, from Sender, body []byte) (*protocol.SettingsReply, error) {
-	var req protocol.SettingsRequest
-	if err := decode(body, &req); err != nil {
-		return nil, err
-	}
+func (s *Service) Settings(ctx context.Context, from Sender, req protocol.SettingsRequest) (*protocol.SettingsReply, error) {
 	cid := req.ConversationID.Int64()
 	if cid <= 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "conversation_id is required")

@@ -55,7 +55,7 @@ func sendBatch(t *testing.T, svc *message.Service, start func(), queued func() i
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i].ack, out[i].err = svc.Send(context.Background(), s.from, s.body)
+			out[i].ack, out[i].err = svc.Send(context.Background(), s.from, sendReq(s.body))
 		}()
 		deadline := time.Now().Add(5 * time.Second)
 		for queued() < i+1 {
@@ -84,7 +84,7 @@ func TestSendBatchArrivalOrder(t *testing.T) {
 	ctx := context.Background()
 	warm, _ := e.service(t, 30, message.Config{})
 	for _, p := range [][2]int64{{a, b}, {a, c}} {
-		if _, err := warm.Send(ctx, message.Sender{UserID: p[0], DeviceID: "w"}, body("to_user_id", p[1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+		if _, err := warm.Send(ctx, message.Sender{UserID: p[0], DeviceID: "w"}, sendReq(body("to_user_id", p[1], "client_msg_id", "warm", "message_type", 1, "content", text("x")))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,7 +215,7 @@ func TestSendBatchDuplicateFallsBack(t *testing.T) {
 			ctx := context.Background()
 			warm, _ := e.service(t, 40+i, message.Config{})
 			for _, p := range [][2]int64{{a, b}, {a, c}} {
-				if _, err := warm.Send(ctx, message.Sender{UserID: p[1], DeviceID: "w"}, body("to_user_id", p[0], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+				if _, err := warm.Send(ctx, message.Sender{UserID: p[1], DeviceID: "w"}, sendReq(body("to_user_id", p[0], "client_msg_id", "warm", "message_type", 1, "content", text("x")))); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -270,7 +270,7 @@ func TestInsertMessagesMissingConversation(t *testing.T) {
 	u := e.users(t, 2)
 	ctx := context.Background()
 	warm, gen := e.service(t, 60, message.Config{})
-	if _, err := warm.Send(ctx, message.Sender{UserID: u[0], DeviceID: "w"}, body("to_user_id", u[1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+	if _, err := warm.Send(ctx, message.Sender{UserID: u[0], DeviceID: "w"}, sendReq(body("to_user_id", u[1], "client_msg_id", "warm", "message_type", 1, "content", text("x")))); err != nil {
 		t.Fatal(err)
 	}
 	conv, _ := e.st.FindP2P(ctx, u[0], u[1])
@@ -330,7 +330,7 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 			}
 			convs := make([]int64, 4)
 			for c := range convs {
-				if _, err := svcs[0].Send(ctx, message.Sender{UserID: u[2*c], DeviceID: "w"}, body("to_user_id", u[2*c+1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+				if _, err := svcs[0].Send(ctx, message.Sender{UserID: u[2*c], DeviceID: "w"}, sendReq(body("to_user_id", u[2*c+1], "client_msg_id", "warm", "message_type", 1, "content", text("x")))); err != nil {
 					t.Fatal(err)
 				}
 				var err error
@@ -378,7 +378,7 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 					from, to := u[2*c+side], u[2*c+1-side]
 					for k := 0; k < tt.each; k++ {
 						_, err := svcs[g%2].Send(ctx, message.Sender{UserID: from, DeviceID: fmt.Sprint("dev", g)},
-							body("to_user_id", to, "client_msg_id", fmt.Sprintf("g%d-%d", g, k), "message_type", 1, "content", text("m")))
+							sendReq(body("to_user_id", to, "client_msg_id", fmt.Sprintf("g%d-%d", g, k), "message_type", 1, "content", text("m"))))
 						if err != nil {
 							t.Error(err)
 							return

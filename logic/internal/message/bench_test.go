@@ -37,7 +37,7 @@ func BenchmarkSend(b *testing.B) {
 			bodies := make([][]byte, 0, senders)
 			for i := 0; i < senders; i++ {
 				// the conversation exists, as for a chat in progress
-				if _, err := svc.Send(ctx, message.Sender{UserID: u[2*i], DeviceID: "d"}, body("to_user_id", u[2*i+1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))); err != nil {
+				if _, err := svc.Send(ctx, message.Sender{UserID: u[2*i], DeviceID: "d"}, sendReq(body("to_user_id", u[2*i+1], "client_msg_id", "warm", "message_type", 1, "content", text("x")))); err != nil {
 					b.Fatal(err)
 				}
 				bodies = append(bodies, []byte(fmt.Sprintf(`{"to_user_id":"%d","client_msg_id":"%%d","message_type":1,"content":{"t":1,"text":"hello, this is a benchmark message"}}`, u[2*i+1])))
@@ -52,7 +52,7 @@ func BenchmarkSend(b *testing.B) {
 				from := message.Sender{UserID: u[2*i], DeviceID: "d"}
 				for pb.Next() {
 					body := []byte(fmt.Sprintf(string(bodies[i]), seq.Add(1)))
-					if _, err := svc.Send(ctx, from, body); err != nil {
+					if _, err := svc.Send(ctx, from, sendReq(body)); err != nil {
 						b.Error(err)
 						return
 					}

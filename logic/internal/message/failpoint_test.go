@@ -48,7 +48,7 @@ func TestSendEnqueueFailure(t *testing.T) {
 		if s.arm != "" {
 			arm(t, s.arm)
 		}
-		ack, err := svc.Send(ctx, from, b)
+		ack, err := svc.Send(ctx, from, sendReq(b))
 		if got := code(err); got != s.want {
 			t.Fatalf("%s: code %s (%v), want %s", s.name, got, err, s.want)
 		}
@@ -63,12 +63,12 @@ func TestSendEnqueueFailure(t *testing.T) {
 	}
 	// afterCommit on a fresh send: committed, no ack.
 	arm(t, "logic/send/afterCommit=error")
-	_, err := svc.Send(ctx, from, body("to_user_id", u[1], "client_msg_id", "fp2", "message_type", 1, "content", text("y")))
+	_, err := svc.Send(ctx, from, sendReq(body("to_user_id", u[1], "client_msg_id", "fp2", "message_type", 1, "content", text("y"))))
 	arm(t, "logic/send/afterCommit=off")
 	if code(err) != errcode.Busy {
 		t.Fatalf("afterCommit: %v", err)
 	}
-	if _, err := svc.Send(ctx, from, body("to_user_id", u[1], "client_msg_id", "fp2", "message_type", 1, "content", text("y"))); err != nil {
+	if _, err := svc.Send(ctx, from, sendReq(body("to_user_id", u[1], "client_msg_id", "fp2", "message_type", 1, "content", text("y")))); err != nil {
 		t.Fatalf("retry after afterCommit: %v", err)
 	}
 }

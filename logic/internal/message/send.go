@@ -29,18 +29,40 @@ const maxClientIDFuture = 2 * time.Second
 // errReplay makes the commit loop go back to the idempotency lookup.
 var errReplay = errors.New("message: concurrent identical send committed")
 
-// Send handles one SEND_MESSAGE body from an authenticated device and
-// returns the SEND_ACK data, or an *errcode.Error.
-func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol.SendAck, error) {
-	if !s.limit.allow(from.UserID, from.DeviceID, time.Now()) {
-		return nil, errcode.New(errcode.RateLimited, "too many messages, slow down")
+// Target names whom a send is for: exactly one field is set.
+type Target struct {
+	UserID         int64
+	GroupID        int64
+	ConversationID int64
+}
+
+// SendRequest is a send as every front door hands it to the domain: the
+// client protocol (SEND_MESSAGE) and the business API alike.
+type SendRequest struct {
+	To          Target
+	ClientMsgID string
+	// MsgID is an id the client got from GENERATE_MSG_ID (0: none); it is
+	// kept when valid, else replaced (SEND_ACK carries the one that counts).
+	MsgID       int64
+	MessageType int
+	// Content is the message's JSON object as sent; it is validated and
+	// stored in compact form.
+	Content json.RawMessage
+}
+
+// SendRequestOf converts the SEND_MESSAGE body.
+func SendRequestOf(w protocol.SendRequest) SendRequest {
+	return SendRequest{
+		To:          Target{UserID: w.ToUserID.Int64(), GroupID: w.GroupID.Int64(), ConversationID: w.ConversationID.Int64()},
+		ClientMsgID: w.ClientMsgID, MsgID: w.MsgID.Int64(), MessageType: w.MessageType, Content: w.Content,
 	}
-	var req protocol.SendRequest
-	if err := json.Unmarshal(body, &req); err != nil {
-		return nil, errcode.Wrap(errcode.InvalidArgument, "invalid JSON body", err)
-	}
+}
+
+// Send commits one message from an authenticated device and returns the
+// SEND_ACK data, or an *errcode.Error.
+func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*protocol.SendAck, error) {
 	n := 0
-	for _, id := range []jsonid.ID{req.ToUserID, req.GroupID, req.ConversationID} {
+	for _, id := range []int64{req.To.UserID, req.To.GroupID, req.To.ConversationID} {
 		if id != 0 {
 			n++
 		}
@@ -48,7 +70,7 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 	if n != 1 {
 		return nil, errcode.New(errcode.InvalidArgument, "exactly one of to_user_id, group_id, conversation_id is required")
 	}
-	if req.GroupID != 0 {
+	if req.To.GroupID != 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "groups are not available yet")
 	}
 	if !protocol.ValidClientMsgID(req.ClientMsgID) {
@@ -66,8 +88,8 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 		conv int64
 		pair store.P2P
 	)
-	if req.ToUserID != 0 {
-		peer := req.ToUserID.Int64()
+	if req.To.UserID != 0 {
+		peer := req.To.UserID
 		if peer <= 0 || peer == from.UserID {
 			return nil, errcode.New(errcode.InvalidArgument, "invalid to_user_id")
 		}
@@ -78,7 +100,7 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 		}
 		pair.ConversationID = conv
 	} else {
-		conv = req.ConversationID.Int64()
+		conv = req.To.ConversationID
 		if conv <= 0 {
 			return nil, errcode.New(errcode.InvalidArgument, "invalid conversation_id")
 		}
@@ -93,7 +115,7 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 	}
 
 	// Permission checks.
-	if req.ToUserID != 0 {
+	if req.To.UserID != 0 {
 		peer := pair.Peer(from.UserID)
 		ok, err := s.userExists(ctx, peer)
 		if err != nil {
@@ -129,7 +151,7 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 			ConversationID: conv, SenderID: from.UserID, SenderDevice: from.DeviceID,
 			ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
 		},
-		msgID: req.MsgID.Int64(), pair: pair, outcome: make(chan outcome, 1),
+		msgID: req.MsgID, pair: pair, outcome: make(chan outcome, 1),
 	})
 	switch {
 	case err != nil:
@@ -151,7 +173,7 @@ func (s *Service) Send(ctx context.Context, from Sender, body []byte) (*protocol
 // sendOne is the single-send path: its own transaction, then the enqueue.
 // The group commit falls back to it whenever a batch is refused, as it
 // handles every per-row case (duplicates, a reused client msg_id).
-func (s *Service) sendOne(ctx context.Context, from Sender, conv int64, req *protocol.SendRequest, content []byte, pair store.P2P) (*protocol.SendAck, error) {
+func (s *Service) sendOne(ctx context.Context, from Sender, conv int64, req *SendRequest, content []byte, pair store.P2P) (*protocol.SendAck, error) {
 	row, err := s.commit(ctx, from, conv, req, content)
 	if errors.Is(err, errReplay) {
 		ack, found, err := s.replay(ctx, from, conv, req, content)
@@ -183,7 +205,7 @@ func (s *Service) logCommitted(row store.Message, from Sender) {
 // replay answers a send whose (sender, conversation, client_msg_id) row
 // exists: same type and content → enqueue again and the original ack;
 // different → 40901. found is false when there is no row.
-func (s *Service) replay(ctx context.Context, from Sender, conv int64, req *protocol.SendRequest, content []byte) (*protocol.SendAck, bool, error) {
+func (s *Service) replay(ctx context.Context, from Sender, conv int64, req *SendRequest, content []byte) (*protocol.SendAck, bool, error) {
 	row, err := s.store.FindByClientMsgID(ctx, from.UserID, conv, req.ClientMsgID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
@@ -206,12 +228,12 @@ func (s *Service) replay(ctx context.Context, from Sender, conv int64, req *prot
 
 // commit runs the send transaction, retrying deadlocks and a reused client
 // msg_id; errReplay when an identical send committed concurrently.
-func (s *Service) commit(ctx context.Context, from Sender, conv int64, req *protocol.SendRequest, content []byte) (store.Message, error) {
+func (s *Service) commit(ctx context.Context, from Sender, conv int64, req *SendRequest, content []byte) (store.Message, error) {
 	nm := store.NewMessage{
 		ConversationID: conv, SenderID: from.UserID, SenderDevice: from.DeviceID,
 		ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
 	}
-	clientID := req.MsgID.Int64()
+	clientID := req.MsgID
 	var err error
 	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
 		var row store.Message

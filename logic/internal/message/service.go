@@ -1,5 +1,5 @@
-// Package message is the send path (DESIGN.md §6 Send and Order): rate
-// limit, idempotency lookup, permission checks, the ordered commit, the
+// Package message is the send path (DESIGN.md §6 Send and Order):
+// idempotency lookup, permission checks, the ordered commit, the
 // deliver-queue enqueue, and the SEND_ACK; and the changes to sent
 // messages and memberships: READ, RECALL, DELETE and conversation settings
 // (commit to MySQL, invalidate the list entries, push a SIGNAL job).
@@ -31,10 +31,6 @@ type Config struct {
 	EnqueueRetries int
 	// Partitions is queue.partitions.
 	Partitions int
-	// SendRate / SendBurst: per-(user, device) token bucket; rate ≤ 0
-	// disables it.
-	SendRate  float64
-	SendBurst int
 	// RecallWindow is how long after sending the sender may recall a
 	// message (logic.recall_window); ≤ 0 means DefaultRecallWindow.
 	RecallWindow time.Duration
@@ -62,7 +58,6 @@ type Service struct {
 	users *cache.Map[int64, struct{}]
 	pairs *cache.Map[[2]int64, int64]
 	convs *cache.Map[int64, store.P2P]
-	limit *limiter
 	// group is the group commit of sends (nil: one transaction per send).
 	group *committer
 }
@@ -95,7 +90,6 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 		users: cache.New[int64, struct{}](100_000),
 		pairs: cache.New[[2]int64, int64](100_000),
 		convs: cache.New[int64, store.P2P](100_000),
-		limit: newLimiter(cfg.SendRate, cfg.SendBurst),
 	}
 	if cfg.CommitWorkers > 0 {
 		s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)

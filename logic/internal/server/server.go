@@ -27,6 +27,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/admin"
 	"github.com/sparkim/spark/pkg/clusterauth"
@@ -141,12 +142,15 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	authSvc.RecordKicks(mb)
 	sendSvc := message.New(st, rdb, gen, message.Config{
 		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
-		SendRate: lc.SendRate, SendBurst: lc.SendBurst, RecallWindow: lc.RecallWindow,
+		RecallWindow:  lc.RecallWindow,
 		CommitWorkers: lc.CommitWorkers, CommitBatch: lc.CommitBatch,
 	}, log, m)
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, log)
-	gw := gateway.NewServer(base, &gateway.Handler{Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: gen, Log: log, Metrics: m}, gates, log)
+	gw := gateway.NewServer(base, &gateway.Handler{
+		Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: gen,
+		SendLimit: ratelimit.New(lc.SendRate, lc.SendBurst), Log: log, Metrics: m,
+	}, gates, log)
 
 	guard := clusterauth.NewGuard(cfg.Cluster.Secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix, api.Prefix)
 	keys := api.NewKeyGuard(lc.APIKeys)

@@ -1,13 +1,18 @@
-package message
+// Package ratelimit is the per-device token bucket the client front door
+// (the gateway handler) applies before a request reaches a domain service:
+// limits belong to a front door, not to the core, so the business API
+// sends without them.
+package ratelimit
 
 import (
 	"sync"
 	"time"
 )
 
-// limiter is a set of token buckets keyed by (user, device), refilled at
-// rate per second up to burst. Idle buckets are dropped.
-type limiter struct {
+// Limiter is a set of token buckets keyed by (user, device), refilled at
+// rate per second up to burst. Idle buckets are dropped. It is safe for
+// concurrent use.
+type Limiter struct {
 	rate  float64
 	burst float64
 
@@ -26,15 +31,17 @@ type bucket struct {
 	last   time.Time
 }
 
-func newLimiter(rate float64, burst int) *limiter {
+// New returns a Limiter; a rate ≤ 0 allows everything.
+func New(rate float64, burst int) *Limiter {
 	if burst < 1 {
 		burst = 1
 	}
-	return &limiter{rate: rate, burst: float64(burst), buckets: map[limitKey]*bucket{}}
+	return &Limiter{rate: rate, burst: float64(burst), buckets: map[limitKey]*bucket{}}
 }
 
-// allow takes one token for k; a rate ≤ 0 disables the limit.
-func (l *limiter) allow(user int64, device string, now time.Time) bool {
+// Allow takes one token of (user, device) and reports whether there was
+// one; a rate ≤ 0 disables the limit.
+func (l *Limiter) Allow(user int64, device string, now time.Time) bool {
 	if l.rate <= 0 {
 		return true
 	}
@@ -62,7 +69,7 @@ func (l *limiter) allow(user int64, device string, now time.Time) bool {
 }
 
 // sweep drops buckets that have refilled completely.
-func (l *limiter) sweep(now time.Time) {
+func (l *Limiter) sweep(now time.Time) {
 	l.swept = now
 	full := time.Duration(l.burst / l.rate * float64(time.Second))
 	for k, b := range l.buckets {
