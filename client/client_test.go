@@ -141,12 +141,12 @@ func TestRequestPairingWithPushesInterleaved(t *testing.T) {
 		t.Fatalf("first reply %+v %v", got1.r, got1.err)
 	}
 
-	p := <-c.Pushes()
+	p := recv(t, c.Pushes(), "the MESSAGE push")
 	m, err := p.Message()
 	if err != nil || p.Command != protocol.CmdMessage || m.MsgID != 9 || m.SenderID != 5 || !p.IsPush() {
 		t.Fatalf("push %+v %+v %v", p, m, err)
 	}
-	k := <-c.Pushes()
+	k := recv(t, c.Pushes(), "the KICK push")
 	if k.Command != protocol.CmdKick {
 		t.Fatalf("second push command %d", k.Command)
 	}
@@ -162,7 +162,7 @@ func TestNoAutoPushAck(t *testing.T) {
 	s := newFakeServer(t)
 	c := s.dial(Options{NoAutoPushAck: true})
 	s.write(frame.Header{Command: protocol.CmdMessage, SequenceID: 5}, envelope.OK("x", nil))
-	<-c.Pushes()
+	recv(t, c.Pushes(), "the push")
 	go func() { _, _ = c.Heartbeat(context.Background()) }()
 	if f := s.read(); f.h.Command != protocol.CmdHeartbeat {
 		t.Fatalf("got command %d before the heartbeat: PUSH_ACK sent despite NoAutoPushAck", f.h.Command)
@@ -185,7 +185,7 @@ func TestHeartbeatAndGzip(t *testing.T) {
 	if rtt, err := c.Heartbeat(context.Background()); err != nil || rtt <= 0 {
 		t.Fatalf("heartbeat %v %v", rtt, err)
 	}
-	p := <-c.Pushes()
+	p := recv(t, c.Pushes(), "the push")
 	env, err := p.Envelope()
 	if err != nil || !strings.Contains(string(env.Data), "zzzz") || p.Flags&frame.FlagGzip != 0 {
 		t.Fatalf("gzip push not inflated: %v", err)
@@ -217,7 +217,7 @@ func TestSendRetriesSameClientMsgIDOnBusy(t *testing.T) {
 		}
 	}()
 	ack, err := c.SendText(context.Background(), 1002, "hi")
-	<-done
+	recv(t, done, "the fake server to finish")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,11 +300,16 @@ func TestDoneWhenServerCloses(t *testing.T) {
 	if !errors.Is(c.Err(), io.EOF) {
 		t.Fatalf("Err = %v, want EOF", c.Err())
 	}
-	if err := <-res; !errors.Is(err, ErrClosed) {
+	if err := recv(t, res, "the pending request's error"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("pending request err %v", err)
 	}
-	if _, ok := <-c.Pushes(); ok {
-		t.Fatal("Pushes not closed")
+	select {
+	case _, ok := <-c.Pushes():
+		if ok {
+			t.Fatal("Pushes not closed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Pushes not closed after the connection closed")
 	}
 	if _, err := c.Request(context.Background(), protocol.CmdHeartbeat, nil); !errors.Is(err, ErrClosed) {
 		t.Fatalf("request after close: %v", err)
@@ -315,7 +320,7 @@ func TestBadFrameClosesConnection(t *testing.T) {
 	s := newFakeServer(t)
 	c := s.dial(Options{})
 	_, _ = s.conn.Write([]byte("garbage that is not a frame"))
-	<-c.Done()
+	recv(t, c.Done(), "the connection to close")
 	if !errors.Is(c.Err(), frame.ErrBadMagic) {
 		t.Fatalf("Err = %v", c.Err())
 	}
@@ -364,4 +369,18 @@ func TestDevToken(t *testing.T) {
 	if err != nil || cl.UserID != 1001 || cl.DeviceID != "cli-1001" {
 		t.Fatalf("claims %+v %v", cl, err)
 	}
+}
+
+// recv receives from ch within 5 s, or fails the test naming what it
+// waited for: no wait in a test is unbounded.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(5 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+	}
+	var zero T
+	return zero
 }

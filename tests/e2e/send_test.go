@@ -286,8 +286,13 @@ func orderAcrossLogicInstances(t *testing.T, logicEnv []string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	close(stop)
-	if err := <-pollerDone; err != nil {
-		t.Fatal(err)
+	select {
+	case err := <-pollerDone:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the reader did not stop within 30 s")
 	}
 
 	rows, err := c.DB().Query("SELECT id FROM t_messages WHERE conversation_id = ? ORDER BY id", conv)

@@ -181,7 +181,7 @@ func TestOfflineConvergence(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = b1.Close()
-	pumped.Wait()
+	waitGroupWithin(t, pumped, 10*time.Second, "B1's push reader to end after its connection closed")
 
 	// The fresh device holds exactly the acknowledged messages, less the
 	// deleted ones, with recalled ones as tombstones.
@@ -570,5 +570,17 @@ func TestSyncInputs(t *testing.T) {
 		if err != nil || r.Envelope.Code != errcode.InvalidArgument || r.Command != tt.cmd {
 			t.Fatalf("%s: answer %d %+v %v, want 40001", tt.body, r.Command, r.Envelope, err)
 		}
+	}
+}
+
+// waitGroupWithin waits for wg, or fails the test naming what it waited for.
+func waitGroupWithin(t *testing.T, wg *sync.WaitGroup, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("timed out after %v waiting for %s", d, what)
 	}
 }
