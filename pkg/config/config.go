@@ -116,6 +116,10 @@ type Logic struct {
 	// takes.
 	CommitWorkers int `mapstructure:"commit_workers"`
 	CommitBatch   int `mapstructure:"commit_batch"`
+	// GroupMaxMembers is the member limit a new group gets (its
+	// max_members). A send costs one row whatever the group's size, but
+	// fan-out, member caches and dissolve notices grow with it.
+	GroupMaxMembers int `mapstructure:"group_max_members"`
 }
 
 // Deliver configures a deliver process.
@@ -179,6 +183,7 @@ var defaults = map[string]any{
 	"logic.recall_window":        2 * time.Minute,
 	"logic.commit_workers":       -1,
 	"logic.commit_batch":         64,
+	"logic.group_max_members":    10000,
 	"deliver.id":                 "deliver-1",
 	"deliver.admin_addr":         "127.0.0.1:9040",
 	"deliver.redis.addr":         "127.0.0.1:6379",
@@ -221,6 +226,9 @@ func Load(path string) (*Config, error) {
 	}
 	if c.Queue.Partitions < 1 {
 		return nil, errors.New("config: queue.partitions must be at least 1")
+	}
+	if c.Logic.GroupMaxMembers < 1 {
+		return nil, errors.New("config: logic.group_max_members must be at least 1")
 	}
 	return &c, nil
 }

@@ -37,6 +37,7 @@ func TestLoad(t *testing.T) {
 		{"no default secret", c.Cluster.Secret, ""},
 		{"deliver logic addrs from env", len(c.Deliver.LogicAddrs), 2},
 		{"deliver logic timeout default", c.Deliver.LogicTimeout, 2 * time.Second},
+		{"group member limit default", c.Logic.GroupMaxMembers, 10000},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
