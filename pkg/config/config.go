@@ -120,7 +120,17 @@ type Logic struct {
 	// max_members). A send costs one row whatever the group's size, but
 	// fan-out, member caches and dissolve notices grow with it.
 	GroupMaxMembers int `mapstructure:"group_max_members"`
+	// P2PPolicy is who may send one-to-one messages to whom: P2POpen
+	// (anyone not blocked either way) or P2PFriendsOnly. Blocks refuse
+	// under both.
+	P2PPolicy string `mapstructure:"p2p_policy"`
 }
+
+// The values of logic.p2p_policy.
+const (
+	P2POpen        = "open"
+	P2PFriendsOnly = "friends_only"
+)
 
 // Deliver configures a deliver process.
 type Deliver struct {
@@ -184,6 +194,7 @@ var defaults = map[string]any{
 	"logic.commit_workers":       -1,
 	"logic.commit_batch":         64,
 	"logic.group_max_members":    10000,
+	"logic.p2p_policy":           P2POpen,
 	"deliver.id":                 "deliver-1",
 	"deliver.admin_addr":         "127.0.0.1:9040",
 	"deliver.redis.addr":         "127.0.0.1:6379",
@@ -229,6 +240,12 @@ func Load(path string) (*Config, error) {
 	}
 	if c.Logic.GroupMaxMembers < 1 {
 		return nil, errors.New("config: logic.group_max_members must be at least 1")
+	}
+	switch c.Logic.P2PPolicy {
+	case P2POpen, P2PFriendsOnly:
+	default:
+		// A typo must not silently open a friends-only deployment.
+		return nil, fmt.Errorf("config: logic.p2p_policy is %q; want %q or %q", c.Logic.P2PPolicy, P2POpen, P2PFriendsOnly)
 	}
 	return &c, nil
 }

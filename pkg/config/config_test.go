@@ -38,6 +38,7 @@ func TestLoad(t *testing.T) {
 		{"deliver logic addrs from env", len(c.Deliver.LogicAddrs), 2},
 		{"deliver logic timeout default", c.Deliver.LogicTimeout, 2 * time.Second},
 		{"group member limit default", c.Logic.GroupMaxMembers, 10000},
+		{"p2p policy default", c.Logic.P2PPolicy, P2POpen},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -46,6 +47,19 @@ func TestLoad(t *testing.T) {
 	}
 	if _, err := Load(filepath.Join(dir, "missing.yaml")); err == nil {
 		t.Error("missing file accepted")
+	}
+	for _, tt := range []struct {
+		policy  string
+		wantErr bool
+	}{{"open", false}, {"friends_only", false}, {"friends", true}, {"OPEN", true}} {
+		t.Setenv("IM_LOGIC_P2P_POLICY", tt.policy)
+		c, err := Load("")
+		if (err != nil) != tt.wantErr {
+			t.Errorf("p2p_policy %q: err = %v, want error %v", tt.policy, err, tt.wantErr)
+		}
+		if err == nil && c.Logic.P2PPolicy != tt.policy {
+			t.Errorf("p2p_policy %q loaded as %q", tt.policy, c.Logic.P2PPolicy)
+		}
 	}
 	if RequireSecret("logic.jwt_secret", "") == nil {
 		t.Error("empty secret accepted")
