@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/failpoint"
@@ -39,7 +40,7 @@ type pending struct {
 	ctx     context.Context
 	nm      store.NewMessage
 	msgID   int64 // the client's msg_id (0: none)
-	pair    store.P2P
+	conv    conversation.Conversation
 	outcome chan outcome // buffered 1: the committer never blocks on a caller that gave up
 }
 
@@ -242,7 +243,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 			out[i].err = busy("after commit", err)
 			continue
 		}
-		job, err := Job(res.Rows[i], p.pair, now)
+		job, err := Job(res.Rows[i], p.conv, now)
 		if err != nil {
 			out[i].err = errcode.Wrap(errcode.Internal, "", err)
 			continue

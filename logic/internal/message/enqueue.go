@@ -8,6 +8,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/failpoint"
@@ -20,12 +21,15 @@ import (
 // enqueueAttemptTimeout bounds one XADD.
 const enqueueAttemptTimeout = time.Second
 
-// Job builds the deliver job of a committed P2P message.
-func Job(row store.Message, pair store.P2P, now time.Time) (*queuev1.DeliverJob, error) {
+// Job builds the deliver job of a committed message of conv: the push
+// data is encoded here once for every recipient, and the recipients are
+// listed when the conversation knows them (P2P); deliver expands a group's
+// members itself.
+func Job(row store.Message, conv conversation.Conversation, now time.Time) (*queuev1.DeliverJob, error) {
 	push, err := json.Marshal(protocol.Message{
 		MsgID:            jsonid.ID(row.ID),
 		ConversationID:   jsonid.ID(row.ConversationID),
-		ConversationType: protocol.ConversationP2P,
+		ConversationType: conv.Type,
 		SenderID:         jsonid.ID(row.SenderID),
 		ClientMsgID:      row.ClientMsgID,
 		MessageType:      row.MessageType,
@@ -39,10 +43,10 @@ func Job(row store.Message, pair store.P2P, now time.Time) (*queuev1.DeliverJob,
 		Kind:             queuev1.JobKind_JOB_KIND_MESSAGE,
 		MsgId:            row.ID,
 		ConversationId:   row.ConversationID,
-		ConversationType: protocol.ConversationP2P,
+		ConversationType: int32(conv.Type),
 		SenderId:         row.SenderID,
 		SenderDevice:     row.SenderDevice,
-		Recipients:       []int64{row.SenderID, pair.Peer(row.SenderID)},
+		Recipients:       conv.Recipients(),
 		MessageType:      int32(row.MessageType),
 		PushData:         push,
 		CreatedAtMs:      row.CreatedAt.UnixMilli(),
@@ -52,8 +56,8 @@ func Job(row store.Message, pair store.P2P, now time.Time) (*queuev1.DeliverJob,
 
 // enqueue XADDs the job of a committed message with bounded retries;
 // 50301 when all fail.
-func (s *Service) enqueue(ctx context.Context, row store.Message, pair store.P2P) error {
-	job, err := Job(row, pair, time.Now())
+func (s *Service) enqueue(ctx context.Context, row store.Message, conv conversation.Conversation) error {
+	job, err := Job(row, conv, time.Now())
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, "", err)
 	}

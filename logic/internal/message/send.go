@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/failpoint"
@@ -30,11 +31,7 @@ const maxClientIDFuture = 2 * time.Second
 var errReplay = errors.New("message: concurrent identical send committed")
 
 // Target names whom a send is for: exactly one field is set.
-type Target struct {
-	UserID         int64
-	GroupID        int64
-	ConversationID int64
-}
+type Target = conversation.Target
 
 // SendRequest is a send as every front door hands it to the domain: the
 // client protocol (SEND_MESSAGE) and the business API alike.
@@ -61,17 +58,8 @@ func SendRequestOf(w protocol.SendRequest) SendRequest {
 // Send commits one message from an authenticated device and returns the
 // SEND_ACK data, or an *errcode.Error.
 func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*protocol.SendAck, error) {
-	n := 0
-	for _, id := range []int64{req.To.UserID, req.To.GroupID, req.To.ConversationID} {
-		if id != 0 {
-			n++
-		}
-	}
-	if n != 1 {
-		return nil, errcode.New(errcode.InvalidArgument, "exactly one of to_user_id, group_id, conversation_id is required")
-	}
-	if req.To.GroupID != 0 {
-		return nil, errcode.New(errcode.InvalidArgument, "groups are not available yet")
+	if err := req.To.Validate(); err != nil {
+		return nil, err
 	}
 	if !protocol.ValidClientMsgID(req.ClientMsgID) {
 		return nil, errcode.New(errcode.InvalidArgument, "client_msg_id must be 1-64 printable ASCII characters")
@@ -84,80 +72,37 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 		return nil, errcode.Wrap(errcode.InvalidArgument, err.Error(), err)
 	}
 
-	var (
-		conv int64
-		pair store.P2P
-	)
-	if req.To.UserID != 0 {
-		peer := req.To.UserID
-		if peer <= 0 || peer == from.UserID {
-			return nil, errcode.New(errcode.InvalidArgument, "invalid to_user_id")
-		}
-		small, big := store.Pair(from.UserID, peer)
-		pair = store.P2P{UserSmall: small, UserBig: big}
-		if conv, err = s.findPair(ctx, from.UserID, peer); err != nil {
-			return nil, err
-		}
-		pair.ConversationID = conv
-	} else {
-		conv = req.To.ConversationID
-		if conv <= 0 {
-			return nil, errcode.New(errcode.InvalidArgument, "invalid conversation_id")
-		}
+	conv, err := s.convs.Resolve(ctx, from.UserID, req.To)
+	if err != nil {
+		return nil, err
 	}
-
 	// Idempotency first: a retry of a committed send gets its original
 	// answer even if permissions changed since.
-	if conv != 0 {
+	if conv.ID != 0 {
 		if ack, found, err := s.replay(ctx, from, conv, &req, content); found || err != nil {
 			return ack, err
 		}
 	}
-
-	// Permission checks.
-	if req.To.UserID != 0 {
-		peer := pair.Peer(from.UserID)
-		ok, err := s.userExists(ctx, peer)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, errcode.New(errcode.NotFound, "recipient not found")
-		}
-		if conv == 0 {
-			conv, err = s.store.GetOrCreateP2P(ctx, from.UserID, peer, s.ids.Next)
-			if err != nil {
-				return nil, busy("create conversation", err)
-			}
-			pair.ConversationID = conv
-			s.pairs.Put([2]int64{pair.UserSmall, pair.UserBig}, conv)
-			s.convs.Put(conv, pair)
-		}
-	} else {
-		if pair, err = s.pairOf(ctx, conv); err != nil {
-			return nil, err
-		}
-		if !pair.Has(from.UserID) {
-			return nil, errcode.New(errcode.Forbidden, "not a member of the conversation")
-		}
+	if conv, err = s.convs.Open(ctx, from.UserID, conv, time.Now()); err != nil {
+		return nil, err
 	}
 
 	if s.group == nil {
-		return s.sendOne(ctx, from, conv, &req, content, pair)
+		return s.sendOne(ctx, from, conv, &req, content)
 	}
 	o, err := s.group.submit(ctx, &pending{
 		ctx: ctx,
 		nm: store.NewMessage{
-			ConversationID: conv, SenderID: from.UserID, SenderDevice: from.DeviceID,
+			ConversationID: conv.ID, SenderID: from.UserID, SenderDevice: from.DeviceID,
 			ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
 		},
-		msgID: req.MsgID, pair: pair, outcome: make(chan outcome, 1),
+		msgID: req.MsgID, conv: conv, outcome: make(chan outcome, 1),
 	})
 	switch {
 	case err != nil:
 		return nil, err
 	case o.fallback:
-		return s.sendOne(ctx, from, conv, &req, content, pair)
+		return s.sendOne(ctx, from, conv, &req, content)
 	case o.err != nil:
 		return nil, o.err
 	}
@@ -173,7 +118,7 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 // sendOne is the single-send path: its own transaction, then the enqueue.
 // The group commit falls back to it whenever a batch is refused, as it
 // handles every per-row case (duplicates, a reused client msg_id).
-func (s *Service) sendOne(ctx context.Context, from Sender, conv int64, req *SendRequest, content []byte, pair store.P2P) (*protocol.SendAck, error) {
+func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*protocol.SendAck, error) {
 	row, err := s.commit(ctx, from, conv, req, content)
 	if errors.Is(err, errReplay) {
 		ack, found, err := s.replay(ctx, from, conv, req, content)
@@ -188,7 +133,7 @@ func (s *Service) sendOne(ctx context.Context, from Sender, conv int64, req *Sen
 	if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
 		return nil, busy("after commit", err)
 	}
-	if err := s.enqueue(ctx, row, pair); err != nil {
+	if err := s.enqueue(ctx, row, conv); err != nil {
 		return nil, err
 	}
 	s.logCommitted(row, from)
@@ -205,8 +150,8 @@ func (s *Service) logCommitted(row store.Message, from Sender) {
 // replay answers a send whose (sender, conversation, client_msg_id) row
 // exists: same type and content → enqueue again and the original ack;
 // different → 40901. found is false when there is no row.
-func (s *Service) replay(ctx context.Context, from Sender, conv int64, req *SendRequest, content []byte) (*protocol.SendAck, bool, error) {
-	row, err := s.store.FindByClientMsgID(ctx, from.UserID, conv, req.ClientMsgID)
+func (s *Service) replay(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*protocol.SendAck, bool, error) {
+	row, err := s.store.FindByClientMsgID(ctx, from.UserID, conv.ID, req.ClientMsgID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
 	}
@@ -216,11 +161,7 @@ func (s *Service) replay(ctx context.Context, from Sender, conv int64, req *Send
 	if row.MessageType != req.MessageType || !bytes.Equal(row.Content, content) {
 		return nil, true, errcode.New(errcode.Conflict, "client_msg_id already used with different content")
 	}
-	pair, err := s.pairOf(ctx, conv)
-	if err != nil {
-		return nil, true, err
-	}
-	if err := s.enqueue(ctx, row, pair); err != nil {
+	if err := s.enqueue(ctx, row, conv); err != nil {
 		return nil, true, err
 	}
 	return ackOf(row), true, nil
@@ -228,9 +169,9 @@ func (s *Service) replay(ctx context.Context, from Sender, conv int64, req *Send
 
 // commit runs the send transaction, retrying deadlocks and a reused client
 // msg_id; errReplay when an identical send committed concurrently.
-func (s *Service) commit(ctx context.Context, from Sender, conv int64, req *SendRequest, content []byte) (store.Message, error) {
+func (s *Service) commit(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (store.Message, error) {
 	nm := store.NewMessage{
-		ConversationID: conv, SenderID: from.UserID, SenderDevice: from.DeviceID,
+		ConversationID: conv.ID, SenderID: from.UserID, SenderDevice: from.DeviceID,
 		ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
 	}
 	clientID := req.MsgID

@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/sparkim/spark/logic/internal/cache"
+	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
 )
@@ -41,6 +41,9 @@ type Config struct {
 	// CommitBatch is the most sends one group-commit transaction takes
 	// (logic.commit_batch); ≤ 0 means DefaultCommitBatch.
 	CommitBatch int
+	// Conversations resolves and authorizes send targets; nil means a
+	// resolver whose P2P policy only requires that the recipient exists.
+	Conversations *conversation.Resolver
 }
 
 // DefaultRecallWindow is logic.recall_window's default.
@@ -55,9 +58,8 @@ type Service struct {
 	log     *zap.Logger
 	metrics *metrics.Metrics
 
-	users *cache.Map[int64, struct{}]
-	pairs *cache.Map[[2]int64, int64]
-	convs *cache.Map[int64, store.P2P]
+	// convs resolves and authorizes send targets.
+	convs *conversation.Resolver
 	// group is the group commit of sends (nil: one transaction per send).
 	group *committer
 }
@@ -85,11 +87,12 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 	if cfg.CommitBatch <= 0 {
 		cfg.CommitBatch = DefaultCommitBatch
 	}
+	if cfg.Conversations == nil {
+		cfg.Conversations = conversation.NewResolver(st, ids.Next, nil)
+	}
 	s := &Service{
 		store: st, rdb: rdb, ids: ids, cfg: cfg, log: log, metrics: m,
-		users: cache.New[int64, struct{}](100_000),
-		pairs: cache.New[[2]int64, int64](100_000),
-		convs: cache.New[int64, store.P2P](100_000),
+		convs: cfg.Conversations,
 	}
 	if cfg.CommitWorkers > 0 {
 		s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
