@@ -21,6 +21,131 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GroupMembersRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	ConversationId int64                  `protobuf:"varint,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// after_user_id pages: members with a larger user id (0 from the start).
+	AfterUserId int64 `protobuf:"varint,2,opt,name=after_user_id,json=afterUserId,proto3" json:"after_user_id,omitempty"`
+	// limit bounds the page (default and maximum 5,000).
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupMembersRequest) Reset() {
+	*x = GroupMembersRequest{}
+	mi := &file_logic_v1_internal_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMembersRequest) ProtoMessage() {}
+
+func (x *GroupMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_internal_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMembersRequest.ProtoReflect.Descriptor instead.
+func (*GroupMembersRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_internal_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GroupMembersRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *GroupMembersRequest) GetAfterUserId() int64 {
+	if x != nil {
+		return x.AfterUserId
+	}
+	return 0
+}
+
+func (x *GroupMembersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type GroupMembersReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	UserIds []int64                `protobuf:"varint,1,rep,packed,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	// more: another page follows from the last user id.
+	More bool `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	// member_version is the group's member-list version when the page was
+	// read; a cache that saw two versions while paging reads again.
+	MemberVersion int64 `protobuf:"varint,3,opt,name=member_version,json=memberVersion,proto3" json:"member_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupMembersReply) Reset() {
+	*x = GroupMembersReply{}
+	mi := &file_logic_v1_internal_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMembersReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMembersReply) ProtoMessage() {}
+
+func (x *GroupMembersReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_internal_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMembersReply.ProtoReflect.Descriptor instead.
+func (*GroupMembersReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_internal_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GroupMembersReply) GetUserIds() []int64 {
+	if x != nil {
+		return x.UserIds
+	}
+	return nil
+}
+
+func (x *GroupMembersReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *GroupMembersReply) GetMemberVersion() int64 {
+	if x != nil {
+		return x.MemberVersion
+	}
+	return 0
+}
+
 // MailboxEvent is one event for a user's mailbox. device_id "" means every
 // device of the user.
 type MailboxEvent struct {
@@ -39,7 +164,7 @@ type MailboxEvent struct {
 
 func (x *MailboxEvent) Reset() {
 	*x = MailboxEvent{}
-	mi := &file_logic_v1_internal_proto_msgTypes[0]
+	mi := &file_logic_v1_internal_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +176,7 @@ func (x *MailboxEvent) String() string {
 func (*MailboxEvent) ProtoMessage() {}
 
 func (x *MailboxEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_internal_proto_msgTypes[0]
+	mi := &file_logic_v1_internal_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +189,7 @@ func (x *MailboxEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MailboxEvent.ProtoReflect.Descriptor instead.
 func (*MailboxEvent) Descriptor() ([]byte, []int) {
-	return file_logic_v1_internal_proto_rawDescGZIP(), []int{0}
+	return file_logic_v1_internal_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *MailboxEvent) GetUserId() int64 {
@@ -118,7 +243,7 @@ type AppendMailboxRequest struct {
 
 func (x *AppendMailboxRequest) Reset() {
 	*x = AppendMailboxRequest{}
-	mi := &file_logic_v1_internal_proto_msgTypes[1]
+	mi := &file_logic_v1_internal_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -130,7 +255,7 @@ func (x *AppendMailboxRequest) String() string {
 func (*AppendMailboxRequest) ProtoMessage() {}
 
 func (x *AppendMailboxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_internal_proto_msgTypes[1]
+	mi := &file_logic_v1_internal_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -143,7 +268,7 @@ func (x *AppendMailboxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendMailboxRequest.ProtoReflect.Descriptor instead.
 func (*AppendMailboxRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_internal_proto_rawDescGZIP(), []int{1}
+	return file_logic_v1_internal_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AppendMailboxRequest) GetEvents() []*MailboxEvent {
@@ -163,7 +288,7 @@ type AppendMailboxReply struct {
 
 func (x *AppendMailboxReply) Reset() {
 	*x = AppendMailboxReply{}
-	mi := &file_logic_v1_internal_proto_msgTypes[2]
+	mi := &file_logic_v1_internal_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +300,7 @@ func (x *AppendMailboxReply) String() string {
 func (*AppendMailboxReply) ProtoMessage() {}
 
 func (x *AppendMailboxReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_internal_proto_msgTypes[2]
+	mi := &file_logic_v1_internal_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +313,7 @@ func (x *AppendMailboxReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppendMailboxReply.ProtoReflect.Descriptor instead.
 func (*AppendMailboxReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_internal_proto_rawDescGZIP(), []int{2}
+	return file_logic_v1_internal_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AppendMailboxReply) GetSeqs() []int64 {
@@ -202,7 +327,15 @@ var File_logic_v1_internal_proto protoreflect.FileDescriptor
 
 const file_logic_v1_internal_proto_rawDesc = "" +
 	"\n" +
-	"\x17logic/v1/internal.proto\x12\blogic.v1\"\xbd\x01\n" +
+	"\x17logic/v1/internal.proto\x12\blogic.v1\"x\n" +
+	"\x13GroupMembersRequest\x12'\n" +
+	"\x0fconversation_id\x18\x01 \x01(\x03R\x0econversationId\x12\"\n" +
+	"\rafter_user_id\x18\x02 \x01(\x03R\vafterUserId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"i\n" +
+	"\x11GroupMembersReply\x12\x19\n" +
+	"\buser_ids\x18\x01 \x03(\x03R\auserIds\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12%\n" +
+	"\x0emember_version\x18\x03 \x01(\x03R\rmemberVersion\"\xbd\x01\n" +
 	"\fMailboxEvent\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
 	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12\x1d\n" +
@@ -214,9 +347,10 @@ const file_logic_v1_internal_proto_rawDesc = "" +
 	"\x14AppendMailboxRequest\x12.\n" +
 	"\x06events\x18\x01 \x03(\v2\x16.logic.v1.MailboxEventR\x06events\"(\n" +
 	"\x12AppendMailboxReply\x12\x12\n" +
-	"\x04seqs\x18\x01 \x03(\x03R\x04seqs2Y\n" +
+	"\x04seqs\x18\x01 \x03(\x03R\x04seqs2\xa5\x01\n" +
 	"\bInternal\x12M\n" +
-	"\rAppendMailbox\x12\x1e.logic.v1.AppendMailboxRequest\x1a\x1c.logic.v1.AppendMailboxReplyB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
+	"\rAppendMailbox\x12\x1e.logic.v1.AppendMailboxRequest\x1a\x1c.logic.v1.AppendMailboxReply\x12J\n" +
+	"\fGroupMembers\x12\x1d.logic.v1.GroupMembersRequest\x1a\x1b.logic.v1.GroupMembersReplyB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
 
 var (
 	file_logic_v1_internal_proto_rawDescOnce sync.Once
@@ -230,18 +364,22 @@ func file_logic_v1_internal_proto_rawDescGZIP() []byte {
 	return file_logic_v1_internal_proto_rawDescData
 }
 
-var file_logic_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_logic_v1_internal_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_logic_v1_internal_proto_goTypes = []any{
-	(*MailboxEvent)(nil),         // 0: logic.v1.MailboxEvent
-	(*AppendMailboxRequest)(nil), // 1: logic.v1.AppendMailboxRequest
-	(*AppendMailboxReply)(nil),   // 2: logic.v1.AppendMailboxReply
+	(*GroupMembersRequest)(nil),  // 0: logic.v1.GroupMembersRequest
+	(*GroupMembersReply)(nil),    // 1: logic.v1.GroupMembersReply
+	(*MailboxEvent)(nil),         // 2: logic.v1.MailboxEvent
+	(*AppendMailboxRequest)(nil), // 3: logic.v1.AppendMailboxRequest
+	(*AppendMailboxReply)(nil),   // 4: logic.v1.AppendMailboxReply
 }
 var file_logic_v1_internal_proto_depIdxs = []int32{
-	0, // 0: logic.v1.AppendMailboxRequest.events:type_name -> logic.v1.MailboxEvent
-	1, // 1: logic.v1.Internal.AppendMailbox:input_type -> logic.v1.AppendMailboxRequest
-	2, // 2: logic.v1.Internal.AppendMailbox:output_type -> logic.v1.AppendMailboxReply
-	2, // [2:3] is the sub-list for method output_type
-	1, // [1:2] is the sub-list for method input_type
+	2, // 0: logic.v1.AppendMailboxRequest.events:type_name -> logic.v1.MailboxEvent
+	3, // 1: logic.v1.Internal.AppendMailbox:input_type -> logic.v1.AppendMailboxRequest
+	0, // 2: logic.v1.Internal.GroupMembers:input_type -> logic.v1.GroupMembersRequest
+	4, // 3: logic.v1.Internal.AppendMailbox:output_type -> logic.v1.AppendMailboxReply
+	1, // 4: logic.v1.Internal.GroupMembers:output_type -> logic.v1.GroupMembersReply
+	3, // [3:5] is the sub-list for method output_type
+	1, // [1:3] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
 	1, // [1:1] is the sub-list for extension extendee
 	0, // [0:1] is the sub-list for field type_name
@@ -258,7 +396,7 @@ func file_logic_v1_internal_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_internal_proto_rawDesc), len(file_logic_v1_internal_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

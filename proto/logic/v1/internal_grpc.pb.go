@@ -20,6 +20,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Internal_AppendMailbox_FullMethodName = "/logic.v1.Internal/AppendMailbox"
+	Internal_GroupMembers_FullMethodName  = "/logic.v1.Internal/GroupMembers"
 )
 
 // InternalClient is the client API for Internal service.
@@ -30,6 +31,9 @@ const (
 // MySQL write, so deliver records mailbox events through it.
 type InternalClient interface {
 	AppendMailbox(ctx context.Context, in *AppendMailboxRequest, opts ...grpc.CallOption) (*AppendMailboxReply, error)
+	// GroupMembers pages the members of a group conversation by user id, for
+	// deliver's member cache.
+	GroupMembers(ctx context.Context, in *GroupMembersRequest, opts ...grpc.CallOption) (*GroupMembersReply, error)
 }
 
 type internalClient struct {
@@ -50,6 +54,16 @@ func (c *internalClient) AppendMailbox(ctx context.Context, in *AppendMailboxReq
 	return out, nil
 }
 
+func (c *internalClient) GroupMembers(ctx context.Context, in *GroupMembersRequest, opts ...grpc.CallOption) (*GroupMembersReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupMembersReply)
+	err := c.cc.Invoke(ctx, Internal_GroupMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InternalServer is the server API for Internal service.
 // All implementations must embed UnimplementedInternalServer
 // for forward compatibility.
@@ -58,6 +72,9 @@ func (c *internalClient) AppendMailbox(ctx context.Context, in *AppendMailboxReq
 // MySQL write, so deliver records mailbox events through it.
 type InternalServer interface {
 	AppendMailbox(context.Context, *AppendMailboxRequest) (*AppendMailboxReply, error)
+	// GroupMembers pages the members of a group conversation by user id, for
+	// deliver's member cache.
+	GroupMembers(context.Context, *GroupMembersRequest) (*GroupMembersReply, error)
 	mustEmbedUnimplementedInternalServer()
 }
 
@@ -70,6 +87,9 @@ type UnimplementedInternalServer struct{}
 
 func (UnimplementedInternalServer) AppendMailbox(context.Context, *AppendMailboxRequest) (*AppendMailboxReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method AppendMailbox not implemented")
+}
+func (UnimplementedInternalServer) GroupMembers(context.Context, *GroupMembersRequest) (*GroupMembersReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GroupMembers not implemented")
 }
 func (UnimplementedInternalServer) mustEmbedUnimplementedInternalServer() {}
 func (UnimplementedInternalServer) testEmbeddedByValue()                  {}
@@ -110,6 +130,24 @@ func _Internal_AppendMailbox_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Internal_GroupMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InternalServer).GroupMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Internal_GroupMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InternalServer).GroupMembers(ctx, req.(*GroupMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Internal_ServiceDesc is the grpc.ServiceDesc for Internal service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -120,6 +158,10 @@ var Internal_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "AppendMailbox",
 			Handler:    _Internal_AppendMailbox_Handler,
+		},
+		{
+			MethodName: "GroupMembers",
+			Handler:    _Internal_GroupMembers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

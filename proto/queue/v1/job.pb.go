@@ -97,7 +97,18 @@ type DeliverJob struct {
 	// enqueued_at_ms is when logic queued it (for queue-latency metrics).
 	EnqueuedAtMs int64 `protobuf:"varint,11,opt,name=enqueued_at_ms,json=enqueuedAtMs,proto3" json:"enqueued_at_ms,omitempty"`
 	// command is the push command of a SIGNAL job (8, 9, 15, 16).
-	Command       uint32 `protobuf:"varint,12,opt,name=command,proto3" json:"command,omitempty"`
+	Command uint32 `protobuf:"varint,12,opt,name=command,proto3" json:"command,omitempty"`
+	// member_version is the group's member-list version the send was
+	// authorized against (group jobs, recipients empty): deliver expands the
+	// members from its cache when it holds this version or a newer one, and
+	// refetches them from logic otherwise.
+	MemberVersion int64 `protobuf:"varint,13,opt,name=member_version,json=memberVersion,proto3" json:"member_version,omitempty"`
+	// no_unread: the message does not count as unread for anyone (a system
+	// message of the business API).
+	NoUnread bool `protobuf:"varint,14,opt,name=no_unread,json=noUnread,proto3" json:"no_unread,omitempty"`
+	// no_offline_push: devices that are offline get no offline notification
+	// for it (the PushNotifier is not called).
+	NoOfflinePush bool `protobuf:"varint,15,opt,name=no_offline_push,json=noOfflinePush,proto3" json:"no_offline_push,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -216,11 +227,32 @@ func (x *DeliverJob) GetCommand() uint32 {
 	return 0
 }
 
+func (x *DeliverJob) GetMemberVersion() int64 {
+	if x != nil {
+		return x.MemberVersion
+	}
+	return 0
+}
+
+func (x *DeliverJob) GetNoUnread() bool {
+	if x != nil {
+		return x.NoUnread
+	}
+	return false
+}
+
+func (x *DeliverJob) GetNoOfflinePush() bool {
+	if x != nil {
+		return x.NoOfflinePush
+	}
+	return false
+}
+
 var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xa6\x03\n" +
+	"\x12queue/v1/job.proto\x12\bqueue.v1\"\x92\x04\n" +
 	"\n" +
 	"DeliverJob\x12%\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x11.queue.v1.JobKindR\x04kind\x12\x15\n" +
@@ -237,7 +269,10 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\rcreated_at_ms\x18\n" +
 	" \x01(\x03R\vcreatedAtMs\x12$\n" +
 	"\x0eenqueued_at_ms\x18\v \x01(\x03R\fenqueuedAtMs\x12\x18\n" +
-	"\acommand\x18\f \x01(\rR\acommand*N\n" +
+	"\acommand\x18\f \x01(\rR\acommand\x12%\n" +
+	"\x0emember_version\x18\r \x01(\x03R\rmemberVersion\x12\x1b\n" +
+	"\tno_unread\x18\x0e \x01(\bR\bnoUnread\x12&\n" +
+	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush*N\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_KIND_MESSAGE\x10\x01\x12\x13\n" +
