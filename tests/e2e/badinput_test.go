@@ -143,7 +143,7 @@ func TestBadInput(t *testing.T) {
 		{"no target", protocol.CmdSendMessage, `{"client_msg_id":"bad-4","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
 		{"no client_msg_id", protocol.CmdSendMessage, `{"to_user_id":"8002","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
 		{"send to self", protocol.CmdSendMessage, `{"to_user_id":"8005","client_msg_id":"bad-5","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
-		{"unknown recipient", protocol.CmdSendMessage, `{"to_user_id":"999999","client_msg_id":"bad-6","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.NotFound},
+		{"unknown recipient", protocol.CmdSendMessage, `{"to_user_id":"999999","client_msg_id":"bad-6","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.Forbidden},
 		{"id that is not a number", protocol.CmdSendMessage, `{"to_user_id":"abc","client_msg_id":"bad-7","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
 	}
 	for _, tt := range requests {

@@ -36,8 +36,12 @@ func (t Target) Validate() error {
 	switch {
 	case n != 1:
 		return errcode.New(errcode.InvalidArgument, "exactly one of to_user_id, group_id, conversation_id is required")
-	case t.GroupID != 0:
-		return errcode.New(errcode.InvalidArgument, "groups are not available yet")
+	case t.UserID < 0:
+		return errcode.New(errcode.InvalidArgument, "invalid to_user_id")
+	case t.GroupID < 0:
+		return errcode.New(errcode.InvalidArgument, "invalid group_id")
+	case t.ConversationID < 0:
+		return errcode.New(errcode.InvalidArgument, "invalid conversation_id")
 	}
 	return nil
 }
@@ -53,6 +57,17 @@ type Conversation struct {
 	Users [2]int64
 	// GroupID is the group of a group conversation.
 	GroupID int64
+	// MemberVersion is the group's member-list version Open authorized
+	// the send against (groups only).
+	MemberVersion int64
+}
+
+// Sender is who sends: a user, or the business API's system account.
+type Sender struct {
+	UserID int64
+	// System: the business API's own account, which may send into any
+	// conversation and is not subject to the P2P policy.
+	System bool
 }
 
 // Peer returns the other user of a P2P conversation.
@@ -84,27 +99,43 @@ type P2PPolicy interface {
 	CheckP2P(ctx context.Context, from, to int64) error
 }
 
+// Groups is the send path's view of groups (a *group.Service).
+type Groups interface {
+	// ConversationOf returns a group's conversation (40401 when none).
+	ConversationOf(ctx context.Context, groupID int64) (int64, error)
+	// GroupOf returns the group of a conversation, store.ErrNotFound when
+	// it is no group's.
+	GroupOf(ctx context.Context, conversationID int64) (int64, error)
+	// AuthorizeSend checks that a sender may send into the group
+	// conversation now and returns the member_version it checked.
+	AuthorizeSend(ctx context.Context, conversationID, userID int64, system bool, now time.Time) (int64, error)
+}
+
 // Resolver resolves and authorizes send targets. Pair and conversation
 // lookups are cached: a pair's conversation never changes once created.
 type Resolver struct {
 	store  *store.Store
 	newID  func(context.Context) (int64, error)
 	policy P2PPolicy
+	groups Groups
 
-	pairs *cache.Map[[2]int64, int64]
-	convs *cache.Map[int64, Conversation]
+	pairs  *cache.Map[[2]int64, int64]
+	groupc *cache.Map[int64, int64] // group id → conversation id
+	convs  *cache.Map[int64, Conversation]
 }
 
 // cacheSize bounds each lookup cache.
 const cacheSize = 100_000
 
 // NewResolver returns a Resolver; newID issues ids of new conversations.
-// A nil policy only requires that the recipient exists.
-func NewResolver(st *store.Store, newID func(context.Context) (int64, error), policy P2PPolicy) *Resolver {
+// A nil policy only requires that the recipient exists (the product passes
+// the relation service); nil groups refuse every group target.
+func NewResolver(st *store.Store, newID func(context.Context) (int64, error), policy P2PPolicy, groups Groups) *Resolver {
 	r := &Resolver{
-		store: st, newID: newID,
-		pairs: cache.New[[2]int64, int64](cacheSize),
-		convs: cache.New[int64, Conversation](cacheSize),
+		store: st, newID: newID, groups: groups,
+		pairs:  cache.New[[2]int64, int64](cacheSize),
+		groupc: cache.New[int64, int64](cacheSize),
+		convs:  cache.New[int64, Conversation](cacheSize),
 	}
 	if policy == nil {
 		policy = &userExists{store: st, users: cache.New[int64, struct{}](cacheSize)}
@@ -124,14 +155,13 @@ func (r *Resolver) Resolve(ctx context.Context, from int64, t Target) (Conversat
 	}
 	switch {
 	case t.UserID != 0:
-		if t.UserID < 0 || t.UserID == from {
+		if t.UserID == from {
 			return Conversation{}, errcode.New(errcode.InvalidArgument, "invalid to_user_id")
 		}
 		return r.pair(ctx, from, t.UserID)
+	case t.GroupID != 0:
+		return r.group(ctx, t.GroupID)
 	default:
-		if t.ConversationID < 0 {
-			return Conversation{}, errcode.New(errcode.InvalidArgument, "invalid conversation_id")
-		}
 		return r.ByID(ctx, t.ConversationID)
 	}
 }
@@ -163,22 +193,52 @@ func (r *Resolver) remember(c Conversation) {
 	}
 }
 
-// ByID returns a conversation by id: 40401 when there is none, 40301 when
-// it is of a kind this server cannot send to yet.
+// group returns the conversation of a group (40401 when there is none).
+func (r *Resolver) group(ctx context.Context, gid int64) (Conversation, error) {
+	if r.groups == nil {
+		return Conversation{}, errcode.New(errcode.NotFound, "group not found")
+	}
+	cid, ok := r.groupc.Get(gid)
+	if !ok {
+		var err error
+		if cid, err = r.groups.ConversationOf(ctx, gid); err != nil {
+			return Conversation{}, err
+		}
+		r.groupc.Put(gid, cid)
+	}
+	c := Conversation{ID: cid, Type: protocol.ConversationGroup, GroupID: gid}
+	r.convs.Put(cid, c)
+	return c, nil
+}
+
+// ByID returns a conversation by id: 40401 when there is none.
 func (r *Resolver) ByID(ctx context.Context, id int64) (Conversation, error) {
 	if c, ok := r.convs.Get(id); ok {
 		return c, nil
 	}
 	p, err := r.store.P2PByConversation(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
-		_, terr := r.store.ConversationType(ctx, id)
+		typ, terr := r.store.ConversationType(ctx, id)
 		if errors.Is(terr, store.ErrNotFound) {
 			return Conversation{}, errcode.New(errcode.NotFound, "conversation not found")
 		}
 		if terr != nil {
 			return Conversation{}, busy("conversation type", terr)
 		}
-		return Conversation{}, errcode.New(errcode.Forbidden, "not a P2P conversation of yours")
+		if typ != protocol.ConversationGroup || r.groups == nil {
+			return Conversation{}, errcode.New(errcode.Forbidden, "not a conversation you can send to")
+		}
+		gid, gerr := r.groups.GroupOf(ctx, id)
+		if errors.Is(gerr, store.ErrNotFound) {
+			return Conversation{}, errcode.New(errcode.Forbidden, "not a conversation you can send to")
+		}
+		if gerr != nil {
+			return Conversation{}, gerr
+		}
+		c := Conversation{ID: id, Type: protocol.ConversationGroup, GroupID: gid}
+		r.groupc.Put(gid, id)
+		r.convs.Put(id, c)
+		return c, nil
 	}
 	if err != nil {
 		return Conversation{}, busy("conversation", err)
@@ -188,19 +248,27 @@ func (r *Resolver) ByID(ctx context.Context, id int64) (Conversation, error) {
 	return c, nil
 }
 
-// Open checks that from may send into c now and returns it with its id,
-// creating a P2P conversation on the first message of a pair. Errors are
-// *errcode.Error: 40301 (not a member, refused by the policy), 40401, or
-// 50301.
-func (r *Resolver) Open(ctx context.Context, from int64, c Conversation, now time.Time) (Conversation, error) {
-	_ = now // group mutes compare with it
+// Open checks that from may send into c now and returns it with its id
+// (and a group's member_version), creating a P2P conversation on the first
+// message of a pair. Errors are *errcode.Error: 40301 (not a member, muted,
+// refused by the policy), 40401, or 50301.
+func (r *Resolver) Open(ctx context.Context, from Sender, c Conversation, now time.Time) (Conversation, error) {
 	switch c.Type {
+	case protocol.ConversationGroup:
+		v, err := r.groups.AuthorizeSend(ctx, c.ID, from.UserID, from.System, now)
+		if err != nil {
+			return Conversation{}, err
+		}
+		c.MemberVersion = v
+		return c, nil
 	case protocol.ConversationP2P:
-		if !c.Has(from) {
+		if !c.Has(from.UserID) {
 			return Conversation{}, errcode.New(errcode.Forbidden, "not a member of the conversation")
 		}
-		if err := r.policy.CheckP2P(ctx, from, c.Peer(from)); err != nil {
-			return Conversation{}, err
+		if !from.System {
+			if err := r.policy.CheckP2P(ctx, from.UserID, c.Peer(from.UserID)); err != nil {
+				return Conversation{}, err
+			}
 		}
 		if c.ID != 0 {
 			return c, nil
@@ -217,8 +285,10 @@ func (r *Resolver) Open(ctx context.Context, from int64, c Conversation, now tim
 	}
 }
 
-// userExists is the P2P policy of a server without relationships: the
-// recipient must exist (40401). Positive answers are cached.
+// userExists is the P2P policy of a resolver built without one (tests of
+// the send path): the recipient must exist. It refuses like the product's
+// relation policy, with one 40301 for every refusal (decision 37).
+// Positive answers are cached.
 type userExists struct {
 	store *store.Store
 	users *cache.Map[int64, struct{}]
@@ -233,7 +303,7 @@ func (u *userExists) CheckP2P(ctx context.Context, _, to int64) error {
 		return busy("user lookup", err)
 	}
 	if !ok {
-		return errcode.New(errcode.NotFound, "recipient not found")
+		return errcode.New(errcode.Forbidden, "cannot send to this user")
 	}
 	u.users.Put(to, struct{}{})
 	return nil

@@ -40,7 +40,7 @@ func TestResolveAndOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r := conversation.NewResolver(st, gen.Next, nil)
+	r := conversation.NewResolver(st, gen.Next, nil, nil)
 	ab, err := st.GetOrCreateP2P(ctx, a, b, gen.Next)
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +56,7 @@ func TestResolveAndOpen(t *testing.T) {
 	}{
 		{"no target", a, conversation.Target{}, errcode.InvalidArgument, 0, ""},
 		{"two targets", a, conversation.Target{UserID: b, ConversationID: ab}, errcode.InvalidArgument, 0, ""},
-		{"group", a, conversation.Target{GroupID: 5}, errcode.InvalidArgument, 0, ""},
+		{"group without a group directory", a, conversation.Target{GroupID: 5}, errcode.NotFound, 0, ""},
 		{"to self", a, conversation.Target{UserID: a}, errcode.InvalidArgument, 0, ""},
 		{"negative user", a, conversation.Target{UserID: -1}, errcode.InvalidArgument, 0, ""},
 		{"negative conversation", a, conversation.Target{ConversationID: -1}, errcode.InvalidArgument, 0, ""},
@@ -80,15 +80,15 @@ func TestResolveAndOpen(t *testing.T) {
 
 	// Open: membership, the policy, and creation on a pair's first message.
 	byID, _ := r.Resolve(ctx, c, conversation.Target{ConversationID: ab})
-	if _, err := r.Open(ctx, c, byID, now); code(err) != errcode.Forbidden {
+	if _, err := r.Open(ctx, conversation.Sender{UserID: c}, byID, now); code(err) != errcode.Forbidden {
 		t.Fatalf("a stranger opened the pair's conversation: %v", err)
 	}
 	toGhost, _ := r.Resolve(ctx, a, conversation.Target{UserID: ghost})
-	if _, err := r.Open(ctx, a, toGhost, now); code(err) != errcode.NotFound {
+	if _, err := r.Open(ctx, conversation.Sender{UserID: a}, toGhost, now); code(err) != errcode.Forbidden {
 		t.Fatalf("opened a conversation with an unknown user: %v", err)
 	}
 	fresh, _ := r.Resolve(ctx, a, conversation.Target{UserID: c})
-	opened, err := r.Open(ctx, a, fresh, now)
+	opened, err := r.Open(ctx, conversation.Sender{UserID: a}, fresh, now)
 	if err != nil || opened.ID == 0 {
 		t.Fatalf("first message of a pair: %+v %v", opened, err)
 	}
@@ -98,9 +98,9 @@ func TestResolveAndOpen(t *testing.T) {
 	if got := opened.Recipients(); len(got) != 2 || !opened.Has(a) || !opened.Has(c) || opened.Peer(a) != c {
 		t.Fatalf("recipients %v of %+v", got, opened)
 	}
-	strict := conversation.NewResolver(st, gen.Next, refuseAll{})
+	strict := conversation.NewResolver(st, gen.Next, refuseAll{}, nil)
 	pair, _ := strict.Resolve(ctx, a, conversation.Target{UserID: b})
-	if _, err := strict.Open(ctx, a, pair, now); code(err) != errcode.Forbidden {
+	if _, err := strict.Open(ctx, conversation.Sender{UserID: a}, pair, now); code(err) != errcode.Forbidden {
 		t.Fatalf("the policy's refusal was not returned: %v", err)
 	}
 }

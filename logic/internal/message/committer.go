@@ -41,6 +41,7 @@ type pending struct {
 	nm      store.NewMessage
 	msgID   int64 // the client's msg_id (0: none)
 	conv    conversation.Conversation
+	flags   Flags
 	outcome chan outcome // buffered 1: the committer never blocks on a caller that gave up
 }
 
@@ -243,7 +244,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 			out[i].err = busy("after commit", err)
 			continue
 		}
-		job, err := Job(res.Rows[i], p.conv, now)
+		job, err := Job(res.Rows[i], p.conv, p.flags, now)
 		if err != nil {
 			out[i].err = errcode.Wrap(errcode.Internal, "", err)
 			continue

@@ -25,7 +25,7 @@ const enqueueAttemptTimeout = time.Second
 // data is encoded here once for every recipient, and the recipients are
 // listed when the conversation knows them (P2P); deliver expands a group's
 // members itself.
-func Job(row store.Message, conv conversation.Conversation, now time.Time) (*queuev1.DeliverJob, error) {
+func Job(row store.Message, conv conversation.Conversation, flags Flags, now time.Time) (*queuev1.DeliverJob, error) {
 	push, err := json.Marshal(protocol.Message{
 		MsgID:            jsonid.ID(row.ID),
 		ConversationID:   jsonid.ID(row.ConversationID),
@@ -51,13 +51,16 @@ func Job(row store.Message, conv conversation.Conversation, now time.Time) (*que
 		PushData:         push,
 		CreatedAtMs:      row.CreatedAt.UnixMilli(),
 		EnqueuedAtMs:     now.UnixMilli(),
+		MemberVersion:    conv.MemberVersion,
+		NoUnread:         flags.NoUnread,
+		NoOfflinePush:    flags.NoOfflinePush,
 	}, nil
 }
 
 // enqueue XADDs the job of a committed message with bounded retries;
 // 50301 when all fail.
-func (s *Service) enqueue(ctx context.Context, row store.Message, conv conversation.Conversation) error {
-	job, err := Job(row, conv, time.Now())
+func (s *Service) enqueue(ctx context.Context, row store.Message, conv conversation.Conversation, flags Flags) error {
+	job, err := Job(row, conv, flags, time.Now())
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, "", err)
 	}

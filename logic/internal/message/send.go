@@ -45,6 +45,16 @@ type SendRequest struct {
 	// Content is the message's JSON object as sent; it is validated and
 	// stored in compact form.
 	Content json.RawMessage
+	// Flags of business-API sends (the client protocol sets none).
+	Flags Flags
+}
+
+// Flags change how a message is delivered, not what is stored.
+type Flags struct {
+	// NoUnread: the message counts as unread for nobody.
+	NoUnread bool
+	// NoOfflinePush: offline devices get no offline notification.
+	NoOfflinePush bool
 }
 
 // SendRequestOf converts the SEND_MESSAGE body.
@@ -83,7 +93,7 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 			return ack, err
 		}
 	}
-	if conv, err = s.convs.Open(ctx, from.UserID, conv, time.Now()); err != nil {
+	if conv, err = s.convs.Open(ctx, conversation.Sender{UserID: from.UserID, System: from.System}, conv, time.Now()); err != nil {
 		return nil, err
 	}
 
@@ -96,7 +106,7 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 			ConversationID: conv.ID, SenderID: from.UserID, SenderDevice: from.DeviceID,
 			ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
 		},
-		msgID: req.MsgID, conv: conv, outcome: make(chan outcome, 1),
+		msgID: req.MsgID, conv: conv, flags: req.Flags, outcome: make(chan outcome, 1),
 	})
 	switch {
 	case err != nil:
@@ -133,7 +143,7 @@ func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Co
 	if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
 		return nil, busy("after commit", err)
 	}
-	if err := s.enqueue(ctx, row, conv); err != nil {
+	if err := s.enqueue(ctx, row, conv, req.Flags); err != nil {
 		return nil, err
 	}
 	s.logCommitted(row, from)
@@ -161,7 +171,7 @@ func (s *Service) replay(ctx context.Context, from Sender, conv conversation.Con
 	if row.MessageType != req.MessageType || !bytes.Equal(row.Content, content) {
 		return nil, true, errcode.New(errcode.Conflict, "client_msg_id already used with different content")
 	}
-	if err := s.enqueue(ctx, row, conv); err != nil {
+	if err := s.enqueue(ctx, row, conv, req.Flags); err != nil {
 		return nil, true, err
 	}
 	return ackOf(row), true, nil

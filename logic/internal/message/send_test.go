@@ -137,10 +137,10 @@ func TestSendValidation(t *testing.T) {
 	}{
 		{"no target", body("client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
 		{"two targets", body("to_user_id", b, "conversation_id", bc, "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
-		{"group", body("group_id", "5", "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
+		{"unknown group", body("group_id", "5", "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.NotFound},
 		{"to self", body("to_user_id", a, "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
 		{"negative user", body("to_user_id", -3, "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
-		{"unknown recipient", body("to_user_id", testenv.RandomUserID(), "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.NotFound},
+		{"unknown recipient", body("to_user_id", testenv.RandomUserID(), "client_msg_id", "c1", "message_type", 1, "content", text("x")), errcode.Forbidden},
 		{"missing client_msg_id", body("to_user_id", b, "message_type", 1, "content", text("x")), errcode.InvalidArgument},
 		{"client_msg_id with space", body("to_user_id", b, "client_msg_id", "a b", "message_type", 1, "content", text("x")), errcode.InvalidArgument},
 		{"type mismatch", body("to_user_id", b, "client_msg_id", "c1", "message_type", 2, "content", text("x")), errcode.InvalidArgument},

@@ -88,7 +88,7 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 		cfg.CommitBatch = DefaultCommitBatch
 	}
 	if cfg.Conversations == nil {
-		cfg.Conversations = conversation.NewResolver(st, ids.Next, nil)
+		cfg.Conversations = conversation.NewResolver(st, ids.Next, nil, nil)
 	}
 	s := &Service{
 		store: st, rdb: rdb, ids: ids, cfg: cfg, log: log, metrics: m,
@@ -115,4 +115,7 @@ type Sender struct {
 	UserID   int64
 	DeviceID string
 	RealIP   string
+	// System marks the business API's system account: it may send into
+	// any conversation, and the P2P policy does not apply to it.
+	System bool
 }

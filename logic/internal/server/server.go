@@ -20,14 +20,17 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/api"
 	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/gatepush"
 	"github.com/sparkim/spark/logic/internal/gateway"
+	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/lease"
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
+	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/admin"
 	"github.com/sparkim/spark/pkg/clusterauth"
@@ -140,10 +143,16 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	mb := mailbox.New(st, gen)
 	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
 	authSvc.RecordKicks(mb)
+	relSvc, err := relation.New(st, gen, relation.Options{Policy: relation.Policy(lc.P2PPolicy)})
+	if err != nil {
+		return err
+	}
+	groupSvc := group.New(st, gen, group.Config{MaxMembers: lc.GroupMaxMembers})
 	sendSvc := message.New(st, rdb, gen, message.Config{
 		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
 		RecallWindow:  lc.RecallWindow,
 		CommitWorkers: lc.CommitWorkers, CommitBatch: lc.CommitBatch,
+		Conversations: conversation.NewResolver(st, gen.Next, relSvc, groupSvc),
 	}, log, m)
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, log)
