@@ -23,10 +23,18 @@ const (
 	// CmdConversationSettings (ours): mute / pin a conversation; also
 	// pushed to the user's other devices.
 	CmdConversationSettings uint16 = 16
+	// CmdControlEvent (ours, push only): a membership or friend change,
+	// `{"event_type","conversation_id","payload"}` like a mailbox event
+	// without its seq; the mailbox holds the ones sync must replay.
+	CmdControlEvent uint16 = 17
+	// CmdTransient (ours, push only): the business API's PushToUsers and
+	// Broadcast, `{"payload"}` with the business's JSON object; never
+	// stored, online devices only.
+	CmdTransient uint16 = 18
 )
 
 // MaxKnownCommand is the highest command number the server understands.
-const MaxKnownCommand = CmdConversationSettings
+const MaxKnownCommand = CmdTransient
 
 // Conversation types.
 const (
