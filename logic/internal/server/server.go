@@ -25,6 +25,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/gateway"
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/internalapi"
 	"github.com/sparkim/spark/logic/internal/lease"
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
@@ -171,7 +172,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	)
 	logicv1.RegisterGatewayServer(gs, gw)
 	logicv1.RegisterApiServer(gs, api.New(st, []byte(lc.JWTSecret), lc.TokenTTL, log))
-	logicv1.RegisterInternalServer(gs, mailbox.NewInternal(mb, log))
+	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))
 	healthpb.RegisterHealthServer(gs, rd.health)
 	reflection.Register(gs)
 

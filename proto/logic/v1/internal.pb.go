@@ -26,7 +26,7 @@ type GroupMembersRequest struct {
 	ConversationId int64                  `protobuf:"varint,1,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
 	// after_user_id pages: members with a larger user id (0 from the start).
 	AfterUserId int64 `protobuf:"varint,2,opt,name=after_user_id,json=afterUserId,proto3" json:"after_user_id,omitempty"`
-	// limit bounds the page (default and maximum 5,000).
+	// limit bounds the page (default and maximum 1,000).
 	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
