@@ -26,6 +26,8 @@
 // |  7 | deliver/internal/consumer   | yes     |
 // |  8 | deliver/internal/fanout     | yes     |
 // |  9 | deliver/internal/service    | yes     |
+// | 10 | logic/internal/api          | yes     |
+// | 11 | logic/internal/notify       | yes     |
 // | –  | deliver/internal/service outage_test, tests/e2e, bench: private redis-server |
 package testredis
 
@@ -50,6 +52,8 @@ const (
 	ConsumerDB = 7
 	FanoutDB   = 8
 	ServiceDB  = 9
+	APIDB      = 10
+	NotifyDB   = 11
 )
 
 // AddrEnv names the environment variable that overrides DefaultAddr.
