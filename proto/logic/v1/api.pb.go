@@ -21,6 +21,364 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// GroupRole: the roles SetGroupRole may give.
+type GroupRole int32
+
+const (
+	GroupRole_GROUP_ROLE_MEMBER GroupRole = 0
+	GroupRole_GROUP_ROLE_ADMIN  GroupRole = 1
+	GroupRole_GROUP_ROLE_OWNER  GroupRole = 2
+)
+
+// Enum value maps for GroupRole.
+var (
+	GroupRole_name = map[int32]string{
+		0: "GROUP_ROLE_MEMBER",
+		1: "GROUP_ROLE_ADMIN",
+		2: "GROUP_ROLE_OWNER",
+	}
+	GroupRole_value = map[string]int32{
+		"GROUP_ROLE_MEMBER": 0,
+		"GROUP_ROLE_ADMIN":  1,
+		"GROUP_ROLE_OWNER":  2,
+	}
+)
+
+func (x GroupRole) Enum() *GroupRole {
+	p := new(GroupRole)
+	*p = x
+	return p
+}
+
+func (x GroupRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GroupRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_logic_v1_api_proto_enumTypes[0].Descriptor()
+}
+
+func (GroupRole) Type() protoreflect.EnumType {
+	return &file_logic_v1_api_proto_enumTypes[0]
+}
+
+func (x GroupRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GroupRole.Descriptor instead.
+func (GroupRole) EnumDescriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
+type UpsertUserRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// Unset fields keep their stored value (a new user gets "").
+	Nickname *string `protobuf:"bytes,2,opt,name=nickname,proto3,oneof" json:"nickname,omitempty"`
+	// avatar is an object-store key.
+	Avatar *string `protobuf:"bytes,3,opt,name=avatar,proto3,oneof" json:"avatar,omitempty"`
+	// extra is a JSON object of the business's own (at most 4 KiB).
+	Extra         *string `protobuf:"bytes,4,opt,name=extra,proto3,oneof" json:"extra,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpsertUserRequest) Reset() {
+	*x = UpsertUserRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpsertUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpsertUserRequest) ProtoMessage() {}
+
+func (x *UpsertUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpsertUserRequest.ProtoReflect.Descriptor instead.
+func (*UpsertUserRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *UpsertUserRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *UpsertUserRequest) GetNickname() string {
+	if x != nil && x.Nickname != nil {
+		return *x.Nickname
+	}
+	return ""
+}
+
+func (x *UpsertUserRequest) GetAvatar() string {
+	if x != nil && x.Avatar != nil {
+		return *x.Avatar
+	}
+	return ""
+}
+
+func (x *UpsertUserRequest) GetExtra() string {
+	if x != nil && x.Extra != nil {
+		return *x.Extra
+	}
+	return ""
+}
+
+type GetUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUserRequest) Reset() {
+	*x = GetUserRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUserRequest) ProtoMessage() {}
+
+func (x *GetUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUserRequest.ProtoReflect.Descriptor instead.
+func (*GetUserRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *GetUserRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+// User is a user's profile as stored.
+type User struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UserId   int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Nickname string                 `protobuf:"bytes,2,opt,name=nickname,proto3" json:"nickname,omitempty"`
+	Avatar   string                 `protobuf:"bytes,3,opt,name=avatar,proto3" json:"avatar,omitempty"`
+	// extra is the JSON object given to UpsertUser ("{}" when none).
+	Extra string `protobuf:"bytes,4,opt,name=extra,proto3" json:"extra,omitempty"`
+	// status: 1 active, 2 disabled.
+	Status int32 `protobuf:"varint,5,opt,name=status,proto3" json:"status,omitempty"`
+	// tokens_valid_after_ms: tokens issued before it are refused (0: none).
+	TokensValidAfterMs int64 `protobuf:"varint,6,opt,name=tokens_valid_after_ms,json=tokensValidAfterMs,proto3" json:"tokens_valid_after_ms,omitempty"`
+	CreatedAtMs        int64 `protobuf:"varint,7,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs        int64 `protobuf:"varint,8,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *User) Reset() {
+	*x = User{}
+	mi := &file_logic_v1_api_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *User) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*User) ProtoMessage() {}
+
+func (x *User) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use User.ProtoReflect.Descriptor instead.
+func (*User) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *User) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *User) GetNickname() string {
+	if x != nil {
+		return x.Nickname
+	}
+	return ""
+}
+
+func (x *User) GetAvatar() string {
+	if x != nil {
+		return x.Avatar
+	}
+	return ""
+}
+
+func (x *User) GetExtra() string {
+	if x != nil {
+		return x.Extra
+	}
+	return ""
+}
+
+func (x *User) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *User) GetTokensValidAfterMs() int64 {
+	if x != nil {
+		return x.TokensValidAfterMs
+	}
+	return 0
+}
+
+func (x *User) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *User) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+type DisableUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableUserRequest) Reset() {
+	*x = DisableUserRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableUserRequest) ProtoMessage() {}
+
+func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableUserRequest.ProtoReflect.Descriptor instead.
+func (*DisableUserRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DisableUserRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+type DisableUserReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kicked counts the live connections kicked.
+	Kicked        uint32 `protobuf:"varint,1,opt,name=kicked,proto3" json:"kicked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableUserReply) Reset() {
+	*x = DisableUserReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableUserReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableUserReply) ProtoMessage() {}
+
+func (x *DisableUserReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableUserReply.ProtoReflect.Descriptor instead.
+func (*DisableUserReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DisableUserReply) GetKicked() uint32 {
+	if x != nil {
+		return x.Kicked
+	}
+	return 0
+}
+
 type IssueTokenRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
@@ -34,7 +392,7 @@ type IssueTokenRequest struct {
 
 func (x *IssueTokenRequest) Reset() {
 	*x = IssueTokenRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[0]
+	mi := &file_logic_v1_api_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +404,7 @@ func (x *IssueTokenRequest) String() string {
 func (*IssueTokenRequest) ProtoMessage() {}
 
 func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[0]
+	mi := &file_logic_v1_api_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +417,7 @@ func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenRequest.ProtoReflect.Descriptor instead.
 func (*IssueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{0}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *IssueTokenRequest) GetUserId() int64 {
@@ -93,7 +451,7 @@ type IssueTokenReply struct {
 
 func (x *IssueTokenReply) Reset() {
 	*x = IssueTokenReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[1]
+	mi := &file_logic_v1_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -105,7 +463,7 @@ func (x *IssueTokenReply) String() string {
 func (*IssueTokenReply) ProtoMessage() {}
 
 func (x *IssueTokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[1]
+	mi := &file_logic_v1_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -118,7 +476,7 @@ func (x *IssueTokenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenReply.ProtoReflect.Descriptor instead.
 func (*IssueTokenReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{1}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IssueTokenReply) GetToken() string {
@@ -135,11 +493,2600 @@ func (x *IssueTokenReply) GetExpiresAtMs() int64 {
 	return 0
 }
 
+type RevokeTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokensRequest) Reset() {
+	*x = RevokeTokensRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokensRequest) ProtoMessage() {}
+
+func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *RevokeTokensRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+type RevokeTokensReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// valid_after_ms: tokens issued before it are refused.
+	ValidAfterMs int64 `protobuf:"varint,1,opt,name=valid_after_ms,json=validAfterMs,proto3" json:"valid_after_ms,omitempty"`
+	// kicked counts the live connections kicked.
+	Kicked        uint32 `protobuf:"varint,2,opt,name=kicked,proto3" json:"kicked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokensReply) Reset() {
+	*x = RevokeTokensReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokensReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokensReply) ProtoMessage() {}
+
+func (x *RevokeTokensReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokensReply.ProtoReflect.Descriptor instead.
+func (*RevokeTokensReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevokeTokensReply) GetValidAfterMs() int64 {
+	if x != nil {
+		return x.ValidAfterMs
+	}
+	return 0
+}
+
+func (x *RevokeTokensReply) GetKicked() uint32 {
+	if x != nil {
+		return x.Kicked
+	}
+	return 0
+}
+
+type FriendPair struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	FriendId      int64                  `protobuf:"varint,2,opt,name=friend_id,json=friendId,proto3" json:"friend_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FriendPair) Reset() {
+	*x = FriendPair{}
+	mi := &file_logic_v1_api_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FriendPair) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FriendPair) ProtoMessage() {}
+
+func (x *FriendPair) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FriendPair.ProtoReflect.Descriptor instead.
+func (*FriendPair) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FriendPair) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *FriendPair) GetFriendId() int64 {
+	if x != nil {
+		return x.FriendId
+	}
+	return 0
+}
+
+type FriendRequestRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	FriendId      int64                  `protobuf:"varint,2,opt,name=friend_id,json=friendId,proto3" json:"friend_id,omitempty"`
+	Note          string                 `protobuf:"bytes,3,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FriendRequestRequest) Reset() {
+	*x = FriendRequestRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FriendRequestRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FriendRequestRequest) ProtoMessage() {}
+
+func (x *FriendRequestRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FriendRequestRequest.ProtoReflect.Descriptor instead.
+func (*FriendRequestRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *FriendRequestRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *FriendRequestRequest) GetFriendId() int64 {
+	if x != nil {
+		return x.FriendId
+	}
+	return 0
+}
+
+func (x *FriendRequestRequest) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
+type BlockRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	TargetId      int64                  `protobuf:"varint,2,opt,name=target_id,json=targetId,proto3" json:"target_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BlockRequest) Reset() {
+	*x = BlockRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BlockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BlockRequest) ProtoMessage() {}
+
+func (x *BlockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BlockRequest.ProtoReflect.Descriptor instead.
+func (*BlockRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *BlockRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *BlockRequest) GetTargetId() int64 {
+	if x != nil {
+		return x.TargetId
+	}
+	return 0
+}
+
+// ChangeReply says whether a relationship change wrote anything (false for
+// an idempotent repeat).
+type ChangeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changed       bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeReply) Reset() {
+	*x = ChangeReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeReply) ProtoMessage() {}
+
+func (x *ChangeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeReply.ProtoReflect.Descriptor instead.
+func (*ChangeReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ChangeReply) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type ListRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// after_user_id is the cursor (0: from the start).
+	AfterUserId int64 `protobuf:"varint,2,opt,name=after_user_id,json=afterUserId,proto3" json:"after_user_id,omitempty"`
+	// limit: 0 is the default page (100), at most 500.
+	Limit         int32 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRequest) Reset() {
+	*x = ListRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRequest) ProtoMessage() {}
+
+func (x *ListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
+func (*ListRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ListRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *ListRequest) GetAfterUserId() int64 {
+	if x != nil {
+		return x.AfterUserId
+	}
+	return 0
+}
+
+func (x *ListRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type Friend struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Remark        string                 `protobuf:"bytes,2,opt,name=remark,proto3" json:"remark,omitempty"`
+	CreatedAtMs   int64                  `protobuf:"varint,3,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Friend) Reset() {
+	*x = Friend{}
+	mi := &file_logic_v1_api_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Friend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Friend) ProtoMessage() {}
+
+func (x *Friend) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Friend.ProtoReflect.Descriptor instead.
+func (*Friend) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Friend) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *Friend) GetRemark() string {
+	if x != nil {
+		return x.Remark
+	}
+	return ""
+}
+
+func (x *Friend) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+type ListFriendsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Friends       []*Friend              `protobuf:"bytes,1,rep,name=friends,proto3" json:"friends,omitempty"`
+	NextUserId    int64                  `protobuf:"varint,2,opt,name=next_user_id,json=nextUserId,proto3" json:"next_user_id,omitempty"`
+	More          bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFriendsReply) Reset() {
+	*x = ListFriendsReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFriendsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFriendsReply) ProtoMessage() {}
+
+func (x *ListFriendsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFriendsReply.ProtoReflect.Descriptor instead.
+func (*ListFriendsReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListFriendsReply) GetFriends() []*Friend {
+	if x != nil {
+		return x.Friends
+	}
+	return nil
+}
+
+func (x *ListFriendsReply) GetNextUserId() int64 {
+	if x != nil {
+		return x.NextUserId
+	}
+	return 0
+}
+
+func (x *ListFriendsReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type Blocked struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	CreatedAtMs   int64                  `protobuf:"varint,2,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Blocked) Reset() {
+	*x = Blocked{}
+	mi := &file_logic_v1_api_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Blocked) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Blocked) ProtoMessage() {}
+
+func (x *Blocked) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Blocked.ProtoReflect.Descriptor instead.
+func (*Blocked) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Blocked) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *Blocked) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+type ListBlocksReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Blocked       []*Blocked             `protobuf:"bytes,1,rep,name=blocked,proto3" json:"blocked,omitempty"`
+	NextUserId    int64                  `protobuf:"varint,2,opt,name=next_user_id,json=nextUserId,proto3" json:"next_user_id,omitempty"`
+	More          bool                   `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListBlocksReply) Reset() {
+	*x = ListBlocksReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListBlocksReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListBlocksReply) ProtoMessage() {}
+
+func (x *ListBlocksReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListBlocksReply.ProtoReflect.Descriptor instead.
+func (*ListBlocksReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ListBlocksReply) GetBlocked() []*Blocked {
+	if x != nil {
+		return x.Blocked
+	}
+	return nil
+}
+
+func (x *ListBlocksReply) GetNextUserId() int64 {
+	if x != nil {
+		return x.NextUserId
+	}
+	return 0
+}
+
+func (x *ListBlocksReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+// Group is a group's info.
+type Group struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	GroupId        int64                  `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	ConversationId int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	Name           string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Avatar         string                 `protobuf:"bytes,4,opt,name=avatar,proto3" json:"avatar,omitempty"`
+	Announcement   string                 `protobuf:"bytes,5,opt,name=announcement,proto3" json:"announcement,omitempty"`
+	OwnerId        int64                  `protobuf:"varint,6,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	MuteAll        bool                   `protobuf:"varint,7,opt,name=mute_all,json=muteAll,proto3" json:"mute_all,omitempty"`
+	// status: 1 active, 2 dissolved.
+	Status        int32 `protobuf:"varint,8,opt,name=status,proto3" json:"status,omitempty"`
+	MemberCount   int32 `protobuf:"varint,9,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
+	MemberVersion int64 `protobuf:"varint,10,opt,name=member_version,json=memberVersion,proto3" json:"member_version,omitempty"`
+	MaxMembers    int32 `protobuf:"varint,11,opt,name=max_members,json=maxMembers,proto3" json:"max_members,omitempty"`
+	CreatedAtMs   int64 `protobuf:"varint,12,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	UpdatedAtMs   int64 `protobuf:"varint,13,opt,name=updated_at_ms,json=updatedAtMs,proto3" json:"updated_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Group) Reset() {
+	*x = Group{}
+	mi := &file_logic_v1_api_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Group) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Group) ProtoMessage() {}
+
+func (x *Group) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Group.ProtoReflect.Descriptor instead.
+func (*Group) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Group) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *Group) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *Group) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Group) GetAvatar() string {
+	if x != nil {
+		return x.Avatar
+	}
+	return ""
+}
+
+func (x *Group) GetAnnouncement() string {
+	if x != nil {
+		return x.Announcement
+	}
+	return ""
+}
+
+func (x *Group) GetOwnerId() int64 {
+	if x != nil {
+		return x.OwnerId
+	}
+	return 0
+}
+
+func (x *Group) GetMuteAll() bool {
+	if x != nil {
+		return x.MuteAll
+	}
+	return false
+}
+
+func (x *Group) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *Group) GetMemberCount() int32 {
+	if x != nil {
+		return x.MemberCount
+	}
+	return 0
+}
+
+func (x *Group) GetMemberVersion() int64 {
+	if x != nil {
+		return x.MemberVersion
+	}
+	return 0
+}
+
+func (x *Group) GetMaxMembers() int32 {
+	if x != nil {
+		return x.MaxMembers
+	}
+	return 0
+}
+
+func (x *Group) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *Group) GetUpdatedAtMs() int64 {
+	if x != nil {
+		return x.UpdatedAtMs
+	}
+	return 0
+}
+
+// GroupReply is the group after a change.
+type GroupReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group *Group                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	// changed is false for an idempotent repeat (nothing written).
+	Changed bool `protobuf:"varint,2,opt,name=changed,proto3" json:"changed,omitempty"`
+	// added and removed are the users who became / stopped being members.
+	Added         []int64 `protobuf:"varint,3,rep,packed,name=added,proto3" json:"added,omitempty"`
+	Removed       []int64 `protobuf:"varint,4,rep,packed,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupReply) Reset() {
+	*x = GroupReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupReply) ProtoMessage() {}
+
+func (x *GroupReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupReply.ProtoReflect.Descriptor instead.
+func (*GroupReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *GroupReply) GetGroup() *Group {
+	if x != nil {
+		return x.Group
+	}
+	return nil
+}
+
+func (x *GroupReply) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *GroupReply) GetAdded() []int64 {
+	if x != nil {
+		return x.Added
+	}
+	return nil
+}
+
+func (x *GroupReply) GetRemoved() []int64 {
+	if x != nil {
+		return x.Removed
+	}
+	return nil
+}
+
+type CreateGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OwnerId       int64                  `protobuf:"varint,1,opt,name=owner_id,json=ownerId,proto3" json:"owner_id,omitempty"`
+	MemberIds     []int64                `protobuf:"varint,2,rep,packed,name=member_ids,json=memberIds,proto3" json:"member_ids,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Avatar        string                 `protobuf:"bytes,4,opt,name=avatar,proto3" json:"avatar,omitempty"`
+	Announcement  string                 `protobuf:"bytes,5,opt,name=announcement,proto3" json:"announcement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateGroupRequest) Reset() {
+	*x = CreateGroupRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateGroupRequest) ProtoMessage() {}
+
+func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
+func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *CreateGroupRequest) GetOwnerId() int64 {
+	if x != nil {
+		return x.OwnerId
+	}
+	return 0
+}
+
+func (x *CreateGroupRequest) GetMemberIds() []int64 {
+	if x != nil {
+		return x.MemberIds
+	}
+	return nil
+}
+
+func (x *CreateGroupRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateGroupRequest) GetAvatar() string {
+	if x != nil {
+		return x.Avatar
+	}
+	return ""
+}
+
+func (x *CreateGroupRequest) GetAnnouncement() string {
+	if x != nil {
+		return x.Announcement
+	}
+	return ""
+}
+
+type GroupRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId    int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId       int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupRef) Reset() {
+	*x = GroupRef{}
+	mi := &file_logic_v1_api_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupRef) ProtoMessage() {}
+
+func (x *GroupRef) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupRef.ProtoReflect.Descriptor instead.
+func (*GroupRef) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *GroupRef) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *GroupRef) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+type ChangeGroupMembersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId    int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId       int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	UserIds       []int64                `protobuf:"varint,3,rep,packed,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangeGroupMembersRequest) Reset() {
+	*x = ChangeGroupMembersRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangeGroupMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangeGroupMembersRequest) ProtoMessage() {}
+
+func (x *ChangeGroupMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangeGroupMembersRequest.ProtoReflect.Descriptor instead.
+func (*ChangeGroupMembersRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ChangeGroupMembersRequest) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *ChangeGroupMembersRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *ChangeGroupMembersRequest) GetUserIds() []int64 {
+	if x != nil {
+		return x.UserIds
+	}
+	return nil
+}
+
+type LeaveGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	GroupId       int64                  `protobuf:"varint,1,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	UserId        int64                  `protobuf:"varint,2,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaveGroupRequest) Reset() {
+	*x = LeaveGroupRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaveGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaveGroupRequest) ProtoMessage() {}
+
+func (x *LeaveGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaveGroupRequest.ProtoReflect.Descriptor instead.
+func (*LeaveGroupRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *LeaveGroupRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *LeaveGroupRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+type SetGroupRoleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId    int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId       int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	UserId        int64                  `protobuf:"varint,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Role          GroupRole              `protobuf:"varint,4,opt,name=role,proto3,enum=logic.v1.GroupRole" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetGroupRoleRequest) Reset() {
+	*x = SetGroupRoleRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetGroupRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetGroupRoleRequest) ProtoMessage() {}
+
+func (x *SetGroupRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetGroupRoleRequest.ProtoReflect.Descriptor instead.
+func (*SetGroupRoleRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *SetGroupRoleRequest) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *SetGroupRoleRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *SetGroupRoleRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *SetGroupRoleRequest) GetRole() GroupRole {
+	if x != nil {
+		return x.Role
+	}
+	return GroupRole_GROUP_ROLE_MEMBER
+}
+
+type MuteGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId    int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId       int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Mute          bool                   `protobuf:"varint,3,opt,name=mute,proto3" json:"mute,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MuteGroupRequest) Reset() {
+	*x = MuteGroupRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MuteGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MuteGroupRequest) ProtoMessage() {}
+
+func (x *MuteGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MuteGroupRequest.ProtoReflect.Descriptor instead.
+func (*MuteGroupRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *MuteGroupRequest) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *MuteGroupRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *MuteGroupRequest) GetMute() bool {
+	if x != nil {
+		return x.Mute
+	}
+	return false
+}
+
+type MuteGroupMemberRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId    int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	UserId     int64                  `protobuf:"varint,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// until_ms: Unix ms in the future; 0 unmutes.
+	UntilMs       int64 `protobuf:"varint,4,opt,name=until_ms,json=untilMs,proto3" json:"until_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MuteGroupMemberRequest) Reset() {
+	*x = MuteGroupMemberRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MuteGroupMemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MuteGroupMemberRequest) ProtoMessage() {}
+
+func (x *MuteGroupMemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MuteGroupMemberRequest.ProtoReflect.Descriptor instead.
+func (*MuteGroupMemberRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *MuteGroupMemberRequest) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *MuteGroupMemberRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *MuteGroupMemberRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *MuteGroupMemberRequest) GetUntilMs() int64 {
+	if x != nil {
+		return x.UntilMs
+	}
+	return 0
+}
+
+type TransferGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId    int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId       int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	NewOwnerId    int64                  `protobuf:"varint,3,opt,name=new_owner_id,json=newOwnerId,proto3" json:"new_owner_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TransferGroupRequest) Reset() {
+	*x = TransferGroupRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TransferGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TransferGroupRequest) ProtoMessage() {}
+
+func (x *TransferGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TransferGroupRequest.ProtoReflect.Descriptor instead.
+func (*TransferGroupRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *TransferGroupRequest) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *TransferGroupRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *TransferGroupRequest) GetNewOwnerId() int64 {
+	if x != nil {
+		return x.NewOwnerId
+	}
+	return 0
+}
+
+type UpdateGroupRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId    int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId       int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	Name          *string                `protobuf:"bytes,3,opt,name=name,proto3,oneof" json:"name,omitempty"`
+	Avatar        *string                `protobuf:"bytes,4,opt,name=avatar,proto3,oneof" json:"avatar,omitempty"`
+	Announcement  *string                `protobuf:"bytes,5,opt,name=announcement,proto3,oneof" json:"announcement,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateGroupRequest) Reset() {
+	*x = UpdateGroupRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateGroupRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateGroupRequest) ProtoMessage() {}
+
+func (x *UpdateGroupRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateGroupRequest.ProtoReflect.Descriptor instead.
+func (*UpdateGroupRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *UpdateGroupRequest) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *UpdateGroupRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *UpdateGroupRequest) GetName() string {
+	if x != nil && x.Name != nil {
+		return *x.Name
+	}
+	return ""
+}
+
+func (x *UpdateGroupRequest) GetAvatar() string {
+	if x != nil && x.Avatar != nil {
+		return *x.Avatar
+	}
+	return ""
+}
+
+func (x *UpdateGroupRequest) GetAnnouncement() string {
+	if x != nil && x.Announcement != nil {
+		return *x.Announcement
+	}
+	return ""
+}
+
+type ListGroupMembersRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	OperatorId  int64                  `protobuf:"varint,1,opt,name=operator_id,json=operatorId,proto3" json:"operator_id,omitempty"`
+	GroupId     int64                  `protobuf:"varint,2,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	AfterUserId int64                  `protobuf:"varint,3,opt,name=after_user_id,json=afterUserId,proto3" json:"after_user_id,omitempty"`
+	// limit: 0 is the default page (100), at most 1000.
+	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupMembersRequest) Reset() {
+	*x = ListGroupMembersRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupMembersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupMembersRequest) ProtoMessage() {}
+
+func (x *ListGroupMembersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupMembersRequest.ProtoReflect.Descriptor instead.
+func (*ListGroupMembersRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *ListGroupMembersRequest) GetOperatorId() int64 {
+	if x != nil {
+		return x.OperatorId
+	}
+	return 0
+}
+
+func (x *ListGroupMembersRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *ListGroupMembersRequest) GetAfterUserId() int64 {
+	if x != nil {
+		return x.AfterUserId
+	}
+	return 0
+}
+
+func (x *ListGroupMembersRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type GroupMember struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Role   GroupRole              `protobuf:"varint,2,opt,name=role,proto3,enum=logic.v1.GroupRole" json:"role,omitempty"`
+	// mute_until_ms: 0 when not muted.
+	MuteUntilMs   int64 `protobuf:"varint,3,opt,name=mute_until_ms,json=muteUntilMs,proto3" json:"mute_until_ms,omitempty"`
+	JoinedAtMs    int64 `protobuf:"varint,4,opt,name=joined_at_ms,json=joinedAtMs,proto3" json:"joined_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupMember) Reset() {
+	*x = GroupMember{}
+	mi := &file_logic_v1_api_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupMember) ProtoMessage() {}
+
+func (x *GroupMember) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
+func (*GroupMember) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GroupMember) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *GroupMember) GetRole() GroupRole {
+	if x != nil {
+		return x.Role
+	}
+	return GroupRole_GROUP_ROLE_MEMBER
+}
+
+func (x *GroupMember) GetMuteUntilMs() int64 {
+	if x != nil {
+		return x.MuteUntilMs
+	}
+	return 0
+}
+
+func (x *GroupMember) GetJoinedAtMs() int64 {
+	if x != nil {
+		return x.JoinedAtMs
+	}
+	return 0
+}
+
+type ListGroupMembersReply struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Members []*GroupMember         `protobuf:"bytes,1,rep,name=members,proto3" json:"members,omitempty"`
+	// next_user_id is the cursor of the next page; 0 on the last page.
+	NextUserId    int64 `protobuf:"varint,2,opt,name=next_user_id,json=nextUserId,proto3" json:"next_user_id,omitempty"`
+	MemberVersion int64 `protobuf:"varint,3,opt,name=member_version,json=memberVersion,proto3" json:"member_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGroupMembersReply) Reset() {
+	*x = ListGroupMembersReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGroupMembersReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGroupMembersReply) ProtoMessage() {}
+
+func (x *ListGroupMembersReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGroupMembersReply.ProtoReflect.Descriptor instead.
+func (*ListGroupMembersReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ListGroupMembersReply) GetMembers() []*GroupMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ListGroupMembersReply) GetNextUserId() int64 {
+	if x != nil {
+		return x.NextUserId
+	}
+	return 0
+}
+
+func (x *ListGroupMembersReply) GetMemberVersion() int64 {
+	if x != nil {
+		return x.MemberVersion
+	}
+	return 0
+}
+
+type SendMessageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sender_id is the sending user; with system it must be 0 (the system
+	// account's id is logic.system_user_id).
+	SenderId int64 `protobuf:"varint,1,opt,name=sender_id,json=senderId,proto3" json:"sender_id,omitempty"`
+	System   bool  `protobuf:"varint,2,opt,name=system,proto3" json:"system,omitempty"`
+	// Exactly one target.
+	ToUserId       int64 `protobuf:"varint,3,opt,name=to_user_id,json=toUserId,proto3" json:"to_user_id,omitempty"`
+	GroupId        int64 `protobuf:"varint,4,opt,name=group_id,json=groupId,proto3" json:"group_id,omitempty"`
+	ConversationId int64 `protobuf:"varint,5,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// client_msg_id is the idempotency key (1-64 printable ASCII).
+	ClientMsgId string `protobuf:"bytes,6,opt,name=client_msg_id,json=clientMsgId,proto3" json:"client_msg_id,omitempty"`
+	MessageType int32  `protobuf:"varint,7,opt,name=message_type,json=messageType,proto3" json:"message_type,omitempty"`
+	// content is the message's JSON object, whose "t" equals message_type.
+	Content string `protobuf:"bytes,8,opt,name=content,proto3" json:"content,omitempty"`
+	// no_unread: the message counts as unread for nobody.
+	NoUnread bool `protobuf:"varint,9,opt,name=no_unread,json=noUnread,proto3" json:"no_unread,omitempty"`
+	// no_offline_push: offline devices get no offline notification.
+	NoOfflinePush bool `protobuf:"varint,10,opt,name=no_offline_push,json=noOfflinePush,proto3" json:"no_offline_push,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendMessageRequest) Reset() {
+	*x = SendMessageRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendMessageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendMessageRequest) ProtoMessage() {}
+
+func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
+func (*SendMessageRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *SendMessageRequest) GetSenderId() int64 {
+	if x != nil {
+		return x.SenderId
+	}
+	return 0
+}
+
+func (x *SendMessageRequest) GetSystem() bool {
+	if x != nil {
+		return x.System
+	}
+	return false
+}
+
+func (x *SendMessageRequest) GetToUserId() int64 {
+	if x != nil {
+		return x.ToUserId
+	}
+	return 0
+}
+
+func (x *SendMessageRequest) GetGroupId() int64 {
+	if x != nil {
+		return x.GroupId
+	}
+	return 0
+}
+
+func (x *SendMessageRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *SendMessageRequest) GetClientMsgId() string {
+	if x != nil {
+		return x.ClientMsgId
+	}
+	return ""
+}
+
+func (x *SendMessageRequest) GetMessageType() int32 {
+	if x != nil {
+		return x.MessageType
+	}
+	return 0
+}
+
+func (x *SendMessageRequest) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *SendMessageRequest) GetNoUnread() bool {
+	if x != nil {
+		return x.NoUnread
+	}
+	return false
+}
+
+func (x *SendMessageRequest) GetNoOfflinePush() bool {
+	if x != nil {
+		return x.NoOfflinePush
+	}
+	return false
+}
+
+type SendMessageReply struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MsgId          int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	ServerTimeMs   int64                  `protobuf:"varint,3,opt,name=server_time_ms,json=serverTimeMs,proto3" json:"server_time_ms,omitempty"`
+	ClientMsgId    string                 `protobuf:"bytes,4,opt,name=client_msg_id,json=clientMsgId,proto3" json:"client_msg_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SendMessageReply) Reset() {
+	*x = SendMessageReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendMessageReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendMessageReply) ProtoMessage() {}
+
+func (x *SendMessageReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendMessageReply.ProtoReflect.Descriptor instead.
+func (*SendMessageReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SendMessageReply) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *SendMessageReply) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *SendMessageReply) GetServerTimeMs() int64 {
+	if x != nil {
+		return x.ServerTimeMs
+	}
+	return 0
+}
+
+func (x *SendMessageReply) GetClientMsgId() string {
+	if x != nil {
+		return x.ClientMsgId
+	}
+	return ""
+}
+
+type GetHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// user_id reads as that member (deleted-for-me messages are left out).
+	UserId         int64 `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	ConversationId int64 `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// after_msg_id is the cursor: messages with a greater id (0: from the
+	// start).
+	AfterMsgId int64 `protobuf:"varint,3,opt,name=after_msg_id,json=afterMsgId,proto3" json:"after_msg_id,omitempty"`
+	// limit: 0 is the default page (50), at most 200.
+	Limit         int32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *GetHistoryRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetAfterMsgId() int64 {
+	if x != nil {
+		return x.AfterMsgId
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type HistoryMessage struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	MsgId            int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId   int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	ConversationType int32                  `protobuf:"varint,3,opt,name=conversation_type,json=conversationType,proto3" json:"conversation_type,omitempty"`
+	SenderId         int64                  `protobuf:"varint,4,opt,name=sender_id,json=senderId,proto3" json:"sender_id,omitempty"`
+	ClientMsgId      string                 `protobuf:"bytes,5,opt,name=client_msg_id,json=clientMsgId,proto3" json:"client_msg_id,omitempty"`
+	MessageType      int32                  `protobuf:"varint,6,opt,name=message_type,json=messageType,proto3" json:"message_type,omitempty"`
+	// content is the JSON object; empty for a recalled message.
+	Content     string `protobuf:"bytes,7,opt,name=content,proto3" json:"content,omitempty"`
+	CreatedAtMs int64  `protobuf:"varint,8,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	// status: 1 normal, 2 recalled.
+	Status        int32 `protobuf:"varint,9,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HistoryMessage) Reset() {
+	*x = HistoryMessage{}
+	mi := &file_logic_v1_api_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistoryMessage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistoryMessage) ProtoMessage() {}
+
+func (x *HistoryMessage) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistoryMessage.ProtoReflect.Descriptor instead.
+func (*HistoryMessage) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *HistoryMessage) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetConversationType() int32 {
+	if x != nil {
+		return x.ConversationType
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetSenderId() int64 {
+	if x != nil {
+		return x.SenderId
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetClientMsgId() string {
+	if x != nil {
+		return x.ClientMsgId
+	}
+	return ""
+}
+
+func (x *HistoryMessage) GetMessageType() int32 {
+	if x != nil {
+		return x.MessageType
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetContent() string {
+	if x != nil {
+		return x.Content
+	}
+	return ""
+}
+
+func (x *HistoryMessage) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *HistoryMessage) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+type GetHistoryReply struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Messages []*HistoryMessage      `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	// next_msg_id is the after_msg_id of the next request.
+	NextMsgId     int64 `protobuf:"varint,2,opt,name=next_msg_id,json=nextMsgId,proto3" json:"next_msg_id,omitempty"`
+	More          bool  `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryReply) Reset() {
+	*x = GetHistoryReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryReply) ProtoMessage() {}
+
+func (x *GetHistoryReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryReply.ProtoReflect.Descriptor instead.
+func (*GetHistoryReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *GetHistoryReply) GetMessages() []*HistoryMessage {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+func (x *GetHistoryReply) GetNextMsgId() int64 {
+	if x != nil {
+		return x.NextMsgId
+	}
+	return 0
+}
+
+func (x *GetHistoryReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type PushToUsersRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	UserIds []int64                `protobuf:"varint,1,rep,packed,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	// payload is a JSON object; devices get {"payload": <it>} as command 18.
+	Payload       string `protobuf:"bytes,2,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushToUsersRequest) Reset() {
+	*x = PushToUsersRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushToUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushToUsersRequest) ProtoMessage() {}
+
+func (x *PushToUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushToUsersRequest.ProtoReflect.Descriptor instead.
+func (*PushToUsersRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *PushToUsersRequest) GetUserIds() []int64 {
+	if x != nil {
+		return x.UserIds
+	}
+	return nil
+}
+
+func (x *PushToUsersRequest) GetPayload() string {
+	if x != nil {
+		return x.Payload
+	}
+	return ""
+}
+
+type BroadcastRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// payload is a JSON object; every connection gets {"payload": <it>}.
+	Payload       string `protobuf:"bytes,1,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BroadcastRequest) Reset() {
+	*x = BroadcastRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BroadcastRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BroadcastRequest) ProtoMessage() {}
+
+func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
+func (*BroadcastRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *BroadcastRequest) GetPayload() string {
+	if x != nil {
+		return x.Payload
+	}
+	return ""
+}
+
+type PushReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// delivered counts connections the frame was queued for.
+	Delivered uint32 `protobuf:"varint,1,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	// dropped counts connections whose outbound queue was full.
+	Dropped uint32 `protobuf:"varint,2,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// failed_gates names gates that could not be reached.
+	FailedGates   []string `protobuf:"bytes,3,rep,name=failed_gates,json=failedGates,proto3" json:"failed_gates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushReply) Reset() {
+	*x = PushReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushReply) ProtoMessage() {}
+
+func (x *PushReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushReply.ProtoReflect.Descriptor instead.
+func (*PushReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *PushReply) GetDelivered() uint32 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
+func (x *PushReply) GetDropped() uint32 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *PushReply) GetFailedGates() []string {
+	if x != nil {
+		return x.FailedGates
+	}
+	return nil
+}
+
+type GetPresenceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserIds       []int64                `protobuf:"varint,1,rep,packed,name=user_ids,json=userIds,proto3" json:"user_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPresenceRequest) Reset() {
+	*x = GetPresenceRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPresenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPresenceRequest) ProtoMessage() {}
+
+func (x *GetPresenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPresenceRequest.ProtoReflect.Descriptor instead.
+func (*GetPresenceRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *GetPresenceRequest) GetUserIds() []int64 {
+	if x != nil {
+		return x.UserIds
+	}
+	return nil
+}
+
+type Device struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	DeviceId      string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	GateId        string                 `protobuf:"bytes,2,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
+	ConnId        uint64                 `protobuf:"varint,3,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	SinceMs       int64                  `protobuf:"varint,4,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Device) Reset() {
+	*x = Device{}
+	mi := &file_logic_v1_api_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Device) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Device) ProtoMessage() {}
+
+func (x *Device) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Device.ProtoReflect.Descriptor instead.
+func (*Device) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *Device) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *Device) GetGateId() string {
+	if x != nil {
+		return x.GateId
+	}
+	return ""
+}
+
+func (x *Device) GetConnId() uint64 {
+	if x != nil {
+		return x.ConnId
+	}
+	return 0
+}
+
+func (x *Device) GetSinceMs() int64 {
+	if x != nil {
+		return x.SinceMs
+	}
+	return 0
+}
+
+type Presence struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// devices are the user's online devices (none: offline).
+	Devices       []*Device `protobuf:"bytes,2,rep,name=devices,proto3" json:"devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Presence) Reset() {
+	*x = Presence{}
+	mi := &file_logic_v1_api_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Presence) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Presence) ProtoMessage() {}
+
+func (x *Presence) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Presence.ProtoReflect.Descriptor instead.
+func (*Presence) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *Presence) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *Presence) GetDevices() []*Device {
+	if x != nil {
+		return x.Devices
+	}
+	return nil
+}
+
+type GetPresenceReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*Presence            `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPresenceReply) Reset() {
+	*x = GetPresenceReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPresenceReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPresenceReply) ProtoMessage() {}
+
+func (x *GetPresenceReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPresenceReply.ProtoReflect.Descriptor instead.
+func (*GetPresenceReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetPresenceReply) GetUsers() []*Presence {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+type ListGatesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGatesRequest) Reset() {
+	*x = ListGatesRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGatesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGatesRequest) ProtoMessage() {}
+
+func (x *ListGatesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGatesRequest.ProtoReflect.Descriptor instead.
+func (*ListGatesRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{44}
+}
+
+type GateInfo struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	GateId string                 `protobuf:"bytes,1,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
+	// client_addrs are the addresses clients connect to, e.g.
+	// "tcp://gate1.example.com:8100".
+	ClientAddrs   []string `protobuf:"bytes,2,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
+	PushAddr      string   `protobuf:"bytes,3,opt,name=push_addr,json=pushAddr,proto3" json:"push_addr,omitempty"`
+	StartedAtMs   int64    `protobuf:"varint,4,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`
+	Connections   uint64   `protobuf:"varint,5,opt,name=connections,proto3" json:"connections,omitempty"`
+	Authenticated uint64   `protobuf:"varint,6,opt,name=authenticated,proto3" json:"authenticated,omitempty"`
+	// error is set when the gate's Stats could not be read.
+	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GateInfo) Reset() {
+	*x = GateInfo{}
+	mi := &file_logic_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GateInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GateInfo) ProtoMessage() {}
+
+func (x *GateInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GateInfo.ProtoReflect.Descriptor instead.
+func (*GateInfo) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GateInfo) GetGateId() string {
+	if x != nil {
+		return x.GateId
+	}
+	return ""
+}
+
+func (x *GateInfo) GetClientAddrs() []string {
+	if x != nil {
+		return x.ClientAddrs
+	}
+	return nil
+}
+
+func (x *GateInfo) GetPushAddr() string {
+	if x != nil {
+		return x.PushAddr
+	}
+	return ""
+}
+
+func (x *GateInfo) GetStartedAtMs() int64 {
+	if x != nil {
+		return x.StartedAtMs
+	}
+	return 0
+}
+
+func (x *GateInfo) GetConnections() uint64 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
+func (x *GateInfo) GetAuthenticated() uint64 {
+	if x != nil {
+		return x.Authenticated
+	}
+	return 0
+}
+
+func (x *GateInfo) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+type ListGatesReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Gates         []*GateInfo            `protobuf:"bytes,1,rep,name=gates,proto3" json:"gates,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListGatesReply) Reset() {
+	*x = ListGatesReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListGatesReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListGatesReply) ProtoMessage() {}
+
+func (x *ListGatesReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListGatesReply.ProtoReflect.Descriptor instead.
+func (*ListGatesReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *ListGatesReply) GetGates() []*GateInfo {
+	if x != nil {
+		return x.Gates
+	}
+	return nil
+}
+
 var File_logic_v1_api_proto protoreflect.FileDescriptor
 
 const file_logic_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x12logic/v1/api.proto\x12\blogic.v1\"j\n" +
+	"\x12logic/v1/api.proto\x12\blogic.v1\"\xa7\x01\n" +
+	"\x11UpsertUserRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1f\n" +
+	"\bnickname\x18\x02 \x01(\tH\x00R\bnickname\x88\x01\x01\x12\x1b\n" +
+	"\x06avatar\x18\x03 \x01(\tH\x01R\x06avatar\x88\x01\x01\x12\x19\n" +
+	"\x05extra\x18\x04 \x01(\tH\x02R\x05extra\x88\x01\x01B\v\n" +
+	"\t_nicknameB\t\n" +
+	"\a_avatarB\b\n" +
+	"\x06_extra\")\n" +
+	"\x0eGetUserRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\"\xfc\x01\n" +
+	"\x04User\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1a\n" +
+	"\bnickname\x18\x02 \x01(\tR\bnickname\x12\x16\n" +
+	"\x06avatar\x18\x03 \x01(\tR\x06avatar\x12\x14\n" +
+	"\x05extra\x18\x04 \x01(\tR\x05extra\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\x05R\x06status\x121\n" +
+	"\x15tokens_valid_after_ms\x18\x06 \x01(\x03R\x12tokensValidAfterMs\x12\"\n" +
+	"\rcreated_at_ms\x18\a \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\b \x01(\x03R\vupdatedAtMs\"-\n" +
+	"\x12DisableUserRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\"*\n" +
+	"\x10DisableUserReply\x12\x16\n" +
+	"\x06kicked\x18\x01 \x01(\rR\x06kicked\"j\n" +
 	"\x11IssueTokenRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
 	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12\x1f\n" +
@@ -147,10 +3094,248 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"ttlSeconds\"K\n" +
 	"\x0fIssueTokenReply\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\tR\x05token\x12\"\n" +
-	"\rexpires_at_ms\x18\x02 \x01(\x03R\vexpiresAtMs2K\n" +
-	"\x03Api\x12D\n" +
+	"\rexpires_at_ms\x18\x02 \x01(\x03R\vexpiresAtMs\".\n" +
+	"\x13RevokeTokensRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\"Q\n" +
+	"\x11RevokeTokensReply\x12$\n" +
+	"\x0evalid_after_ms\x18\x01 \x01(\x03R\fvalidAfterMs\x12\x16\n" +
+	"\x06kicked\x18\x02 \x01(\rR\x06kicked\"B\n" +
 	"\n" +
-	"IssueToken\x12\x1b.logic.v1.IssueTokenRequest\x1a\x19.logic.v1.IssueTokenReplyB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
+	"FriendPair\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
+	"\tfriend_id\x18\x02 \x01(\x03R\bfriendId\"`\n" +
+	"\x14FriendRequestRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
+	"\tfriend_id\x18\x02 \x01(\x03R\bfriendId\x12\x12\n" +
+	"\x04note\x18\x03 \x01(\tR\x04note\"D\n" +
+	"\fBlockRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
+	"\ttarget_id\x18\x02 \x01(\x03R\btargetId\"'\n" +
+	"\vChangeReply\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\"`\n" +
+	"\vListRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\"\n" +
+	"\rafter_user_id\x18\x02 \x01(\x03R\vafterUserId\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\x05R\x05limit\"]\n" +
+	"\x06Friend\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x16\n" +
+	"\x06remark\x18\x02 \x01(\tR\x06remark\x12\"\n" +
+	"\rcreated_at_ms\x18\x03 \x01(\x03R\vcreatedAtMs\"t\n" +
+	"\x10ListFriendsReply\x12*\n" +
+	"\afriends\x18\x01 \x03(\v2\x10.logic.v1.FriendR\afriends\x12 \n" +
+	"\fnext_user_id\x18\x02 \x01(\x03R\n" +
+	"nextUserId\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"F\n" +
+	"\aBlocked\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\"\n" +
+	"\rcreated_at_ms\x18\x02 \x01(\x03R\vcreatedAtMs\"t\n" +
+	"\x0fListBlocksReply\x12+\n" +
+	"\ablocked\x18\x01 \x03(\v2\x11.logic.v1.BlockedR\ablocked\x12 \n" +
+	"\fnext_user_id\x18\x02 \x01(\x03R\n" +
+	"nextUserId\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"\x9c\x03\n" +
+	"\x05Group\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x03R\agroupId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
+	"\x06avatar\x18\x04 \x01(\tR\x06avatar\x12\"\n" +
+	"\fannouncement\x18\x05 \x01(\tR\fannouncement\x12\x19\n" +
+	"\bowner_id\x18\x06 \x01(\x03R\aownerId\x12\x19\n" +
+	"\bmute_all\x18\a \x01(\bR\amuteAll\x12\x16\n" +
+	"\x06status\x18\b \x01(\x05R\x06status\x12!\n" +
+	"\fmember_count\x18\t \x01(\x05R\vmemberCount\x12%\n" +
+	"\x0emember_version\x18\n" +
+	" \x01(\x03R\rmemberVersion\x12\x1f\n" +
+	"\vmax_members\x18\v \x01(\x05R\n" +
+	"maxMembers\x12\"\n" +
+	"\rcreated_at_ms\x18\f \x01(\x03R\vcreatedAtMs\x12\"\n" +
+	"\rupdated_at_ms\x18\r \x01(\x03R\vupdatedAtMs\"}\n" +
+	"\n" +
+	"GroupReply\x12%\n" +
+	"\x05group\x18\x01 \x01(\v2\x0f.logic.v1.GroupR\x05group\x12\x18\n" +
+	"\achanged\x18\x02 \x01(\bR\achanged\x12\x14\n" +
+	"\x05added\x18\x03 \x03(\x03R\x05added\x12\x18\n" +
+	"\aremoved\x18\x04 \x03(\x03R\aremoved\"\x9e\x01\n" +
+	"\x12CreateGroupRequest\x12\x19\n" +
+	"\bowner_id\x18\x01 \x01(\x03R\aownerId\x12\x1d\n" +
+	"\n" +
+	"member_ids\x18\x02 \x03(\x03R\tmemberIds\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x16\n" +
+	"\x06avatar\x18\x04 \x01(\tR\x06avatar\x12\"\n" +
+	"\fannouncement\x18\x05 \x01(\tR\fannouncement\"F\n" +
+	"\bGroupRef\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\"r\n" +
+	"\x19ChangeGroupMembersRequest\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\x12\x19\n" +
+	"\buser_ids\x18\x03 \x03(\x03R\auserIds\"G\n" +
+	"\x11LeaveGroupRequest\x12\x19\n" +
+	"\bgroup_id\x18\x01 \x01(\x03R\agroupId\x12\x17\n" +
+	"\auser_id\x18\x02 \x01(\x03R\x06userId\"\x93\x01\n" +
+	"\x13SetGroupRoleRequest\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\x03R\x06userId\x12'\n" +
+	"\x04role\x18\x04 \x01(\x0e2\x13.logic.v1.GroupRoleR\x04role\"b\n" +
+	"\x10MuteGroupRequest\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\x12\x12\n" +
+	"\x04mute\x18\x03 \x01(\bR\x04mute\"\x88\x01\n" +
+	"\x16MuteGroupMemberRequest\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\x03R\x06userId\x12\x19\n" +
+	"\buntil_ms\x18\x04 \x01(\x03R\auntilMs\"t\n" +
+	"\x14TransferGroupRequest\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\x12 \n" +
+	"\fnew_owner_id\x18\x03 \x01(\x03R\n" +
+	"newOwnerId\"\xd4\x01\n" +
+	"\x12UpdateGroupRequest\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\x12\x17\n" +
+	"\x04name\x18\x03 \x01(\tH\x00R\x04name\x88\x01\x01\x12\x1b\n" +
+	"\x06avatar\x18\x04 \x01(\tH\x01R\x06avatar\x88\x01\x01\x12'\n" +
+	"\fannouncement\x18\x05 \x01(\tH\x02R\fannouncement\x88\x01\x01B\a\n" +
+	"\x05_nameB\t\n" +
+	"\a_avatarB\x0f\n" +
+	"\r_announcement\"\x8f\x01\n" +
+	"\x17ListGroupMembersRequest\x12\x1f\n" +
+	"\voperator_id\x18\x01 \x01(\x03R\n" +
+	"operatorId\x12\x19\n" +
+	"\bgroup_id\x18\x02 \x01(\x03R\agroupId\x12\"\n" +
+	"\rafter_user_id\x18\x03 \x01(\x03R\vafterUserId\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\x95\x01\n" +
+	"\vGroupMember\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12'\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x13.logic.v1.GroupRoleR\x04role\x12\"\n" +
+	"\rmute_until_ms\x18\x03 \x01(\x03R\vmuteUntilMs\x12 \n" +
+	"\fjoined_at_ms\x18\x04 \x01(\x03R\n" +
+	"joinedAtMs\"\x91\x01\n" +
+	"\x15ListGroupMembersReply\x12/\n" +
+	"\amembers\x18\x01 \x03(\v2\x15.logic.v1.GroupMemberR\amembers\x12 \n" +
+	"\fnext_user_id\x18\x02 \x01(\x03R\n" +
+	"nextUserId\x12%\n" +
+	"\x0emember_version\x18\x03 \x01(\x03R\rmemberVersion\"\xd1\x02\n" +
+	"\x12SendMessageRequest\x12\x1b\n" +
+	"\tsender_id\x18\x01 \x01(\x03R\bsenderId\x12\x16\n" +
+	"\x06system\x18\x02 \x01(\bR\x06system\x12\x1c\n" +
+	"\n" +
+	"to_user_id\x18\x03 \x01(\x03R\btoUserId\x12\x19\n" +
+	"\bgroup_id\x18\x04 \x01(\x03R\agroupId\x12'\n" +
+	"\x0fconversation_id\x18\x05 \x01(\x03R\x0econversationId\x12\"\n" +
+	"\rclient_msg_id\x18\x06 \x01(\tR\vclientMsgId\x12!\n" +
+	"\fmessage_type\x18\a \x01(\x05R\vmessageType\x12\x18\n" +
+	"\acontent\x18\b \x01(\tR\acontent\x12\x1b\n" +
+	"\tno_unread\x18\t \x01(\bR\bnoUnread\x12&\n" +
+	"\x0fno_offline_push\x18\n" +
+	" \x01(\bR\rnoOfflinePush\"\x9c\x01\n" +
+	"\x10SendMessageReply\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12$\n" +
+	"\x0eserver_time_ms\x18\x03 \x01(\x03R\fserverTimeMs\x12\"\n" +
+	"\rclient_msg_id\x18\x04 \x01(\tR\vclientMsgId\"\x8d\x01\n" +
+	"\x11GetHistoryRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12 \n" +
+	"\fafter_msg_id\x18\x03 \x01(\x03R\n" +
+	"afterMsgId\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xb7\x02\n" +
+	"\x0eHistoryMessage\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12+\n" +
+	"\x11conversation_type\x18\x03 \x01(\x05R\x10conversationType\x12\x1b\n" +
+	"\tsender_id\x18\x04 \x01(\x03R\bsenderId\x12\"\n" +
+	"\rclient_msg_id\x18\x05 \x01(\tR\vclientMsgId\x12!\n" +
+	"\fmessage_type\x18\x06 \x01(\x05R\vmessageType\x12\x18\n" +
+	"\acontent\x18\a \x01(\tR\acontent\x12\"\n" +
+	"\rcreated_at_ms\x18\b \x01(\x03R\vcreatedAtMs\x12\x16\n" +
+	"\x06status\x18\t \x01(\x05R\x06status\"{\n" +
+	"\x0fGetHistoryReply\x124\n" +
+	"\bmessages\x18\x01 \x03(\v2\x18.logic.v1.HistoryMessageR\bmessages\x12\x1e\n" +
+	"\vnext_msg_id\x18\x02 \x01(\x03R\tnextMsgId\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more\"I\n" +
+	"\x12PushToUsersRequest\x12\x19\n" +
+	"\buser_ids\x18\x01 \x03(\x03R\auserIds\x12\x18\n" +
+	"\apayload\x18\x02 \x01(\tR\apayload\",\n" +
+	"\x10BroadcastRequest\x12\x18\n" +
+	"\apayload\x18\x01 \x01(\tR\apayload\"f\n" +
+	"\tPushReply\x12\x1c\n" +
+	"\tdelivered\x18\x01 \x01(\rR\tdelivered\x12\x18\n" +
+	"\adropped\x18\x02 \x01(\rR\adropped\x12!\n" +
+	"\ffailed_gates\x18\x03 \x03(\tR\vfailedGates\"/\n" +
+	"\x12GetPresenceRequest\x12\x19\n" +
+	"\buser_ids\x18\x01 \x03(\x03R\auserIds\"r\n" +
+	"\x06Device\x12\x1b\n" +
+	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12\x17\n" +
+	"\agate_id\x18\x02 \x01(\tR\x06gateId\x12\x17\n" +
+	"\aconn_id\x18\x03 \x01(\x04R\x06connId\x12\x19\n" +
+	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\"O\n" +
+	"\bPresence\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12*\n" +
+	"\adevices\x18\x02 \x03(\v2\x10.logic.v1.DeviceR\adevices\"<\n" +
+	"\x10GetPresenceReply\x12(\n" +
+	"\x05users\x18\x01 \x03(\v2\x12.logic.v1.PresenceR\x05users\"\x12\n" +
+	"\x10ListGatesRequest\"\xe5\x01\n" +
+	"\bGateInfo\x12\x17\n" +
+	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12!\n" +
+	"\fclient_addrs\x18\x02 \x03(\tR\vclientAddrs\x12\x1b\n" +
+	"\tpush_addr\x18\x03 \x01(\tR\bpushAddr\x12\"\n" +
+	"\rstarted_at_ms\x18\x04 \x01(\x03R\vstartedAtMs\x12 \n" +
+	"\vconnections\x18\x05 \x01(\x04R\vconnections\x12$\n" +
+	"\rauthenticated\x18\x06 \x01(\x04R\rauthenticated\x12\x14\n" +
+	"\x05error\x18\a \x01(\tR\x05error\":\n" +
+	"\x0eListGatesReply\x12(\n" +
+	"\x05gates\x18\x01 \x03(\v2\x12.logic.v1.GateInfoR\x05gates*N\n" +
+	"\tGroupRole\x12\x15\n" +
+	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
+	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\x9b\x10\n" +
+	"\x03Api\x129\n" +
+	"\n" +
+	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\x123\n" +
+	"\aGetUser\x12\x18.logic.v1.GetUserRequest\x1a\x0e.logic.v1.User\x12G\n" +
+	"\vDisableUser\x12\x1c.logic.v1.DisableUserRequest\x1a\x1a.logic.v1.DisableUserReply\x12D\n" +
+	"\n" +
+	"IssueToken\x12\x1b.logic.v1.IssueTokenRequest\x1a\x19.logic.v1.IssueTokenReply\x12J\n" +
+	"\fRevokeTokens\x12\x1d.logic.v1.RevokeTokensRequest\x1a\x1b.logic.v1.RevokeTokensReply\x128\n" +
+	"\tAddFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\x12F\n" +
+	"\rRequestFriend\x12\x1e.logic.v1.FriendRequestRequest\x1a\x15.logic.v1.ChangeReply\x12;\n" +
+	"\fAcceptFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\x12;\n" +
+	"\fRemoveFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\x12@\n" +
+	"\vListFriends\x12\x15.logic.v1.ListRequest\x1a\x1a.logic.v1.ListFriendsReply\x126\n" +
+	"\x05Block\x12\x16.logic.v1.BlockRequest\x1a\x15.logic.v1.ChangeReply\x128\n" +
+	"\aUnblock\x12\x16.logic.v1.BlockRequest\x1a\x15.logic.v1.ChangeReply\x12>\n" +
+	"\n" +
+	"ListBlocks\x12\x15.logic.v1.ListRequest\x1a\x19.logic.v1.ListBlocksReply\x12A\n" +
+	"\vCreateGroup\x12\x1c.logic.v1.CreateGroupRequest\x1a\x14.logic.v1.GroupReply\x12L\n" +
+	"\x0fAddGroupMembers\x12#.logic.v1.ChangeGroupMembersRequest\x1a\x14.logic.v1.GroupReply\x12O\n" +
+	"\x12RemoveGroupMembers\x12#.logic.v1.ChangeGroupMembersRequest\x1a\x14.logic.v1.GroupReply\x12?\n" +
+	"\n" +
+	"LeaveGroup\x12\x1b.logic.v1.LeaveGroupRequest\x1a\x14.logic.v1.GroupReply\x12C\n" +
+	"\fSetGroupRole\x12\x1d.logic.v1.SetGroupRoleRequest\x1a\x14.logic.v1.GroupReply\x12=\n" +
+	"\tMuteGroup\x12\x1a.logic.v1.MuteGroupRequest\x1a\x14.logic.v1.GroupReply\x12I\n" +
+	"\x0fMuteGroupMember\x12 .logic.v1.MuteGroupMemberRequest\x1a\x14.logic.v1.GroupReply\x12E\n" +
+	"\rTransferGroup\x12\x1e.logic.v1.TransferGroupRequest\x1a\x14.logic.v1.GroupReply\x129\n" +
+	"\rDissolveGroup\x12\x12.logic.v1.GroupRef\x1a\x14.logic.v1.GroupReply\x12A\n" +
+	"\vUpdateGroup\x12\x1c.logic.v1.UpdateGroupRequest\x1a\x14.logic.v1.GroupReply\x12/\n" +
+	"\bGetGroup\x12\x12.logic.v1.GroupRef\x1a\x0f.logic.v1.Group\x12V\n" +
+	"\x10ListGroupMembers\x12!.logic.v1.ListGroupMembersRequest\x1a\x1f.logic.v1.ListGroupMembersReply\x12G\n" +
+	"\vSendMessage\x12\x1c.logic.v1.SendMessageRequest\x1a\x1a.logic.v1.SendMessageReply\x12D\n" +
+	"\n" +
+	"GetHistory\x12\x1b.logic.v1.GetHistoryRequest\x1a\x19.logic.v1.GetHistoryReply\x12@\n" +
+	"\vPushToUsers\x12\x1c.logic.v1.PushToUsersRequest\x1a\x13.logic.v1.PushReply\x12<\n" +
+	"\tBroadcast\x12\x1a.logic.v1.BroadcastRequest\x1a\x13.logic.v1.PushReply\x12G\n" +
+	"\vGetPresence\x12\x1c.logic.v1.GetPresenceRequest\x1a\x1a.logic.v1.GetPresenceReply\x12A\n" +
+	"\tListGates\x12\x1a.logic.v1.ListGatesRequest\x1a\x18.logic.v1.ListGatesReplyB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
 
 var (
 	file_logic_v1_api_proto_rawDescOnce sync.Once
@@ -164,19 +3349,136 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 	return file_logic_v1_api_proto_rawDescData
 }
 
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_logic_v1_api_proto_goTypes = []any{
-	(*IssueTokenRequest)(nil), // 0: logic.v1.IssueTokenRequest
-	(*IssueTokenReply)(nil),   // 1: logic.v1.IssueTokenReply
+	(GroupRole)(0),                    // 0: logic.v1.GroupRole
+	(*UpsertUserRequest)(nil),         // 1: logic.v1.UpsertUserRequest
+	(*GetUserRequest)(nil),            // 2: logic.v1.GetUserRequest
+	(*User)(nil),                      // 3: logic.v1.User
+	(*DisableUserRequest)(nil),        // 4: logic.v1.DisableUserRequest
+	(*DisableUserReply)(nil),          // 5: logic.v1.DisableUserReply
+	(*IssueTokenRequest)(nil),         // 6: logic.v1.IssueTokenRequest
+	(*IssueTokenReply)(nil),           // 7: logic.v1.IssueTokenReply
+	(*RevokeTokensRequest)(nil),       // 8: logic.v1.RevokeTokensRequest
+	(*RevokeTokensReply)(nil),         // 9: logic.v1.RevokeTokensReply
+	(*FriendPair)(nil),                // 10: logic.v1.FriendPair
+	(*FriendRequestRequest)(nil),      // 11: logic.v1.FriendRequestRequest
+	(*BlockRequest)(nil),              // 12: logic.v1.BlockRequest
+	(*ChangeReply)(nil),               // 13: logic.v1.ChangeReply
+	(*ListRequest)(nil),               // 14: logic.v1.ListRequest
+	(*Friend)(nil),                    // 15: logic.v1.Friend
+	(*ListFriendsReply)(nil),          // 16: logic.v1.ListFriendsReply
+	(*Blocked)(nil),                   // 17: logic.v1.Blocked
+	(*ListBlocksReply)(nil),           // 18: logic.v1.ListBlocksReply
+	(*Group)(nil),                     // 19: logic.v1.Group
+	(*GroupReply)(nil),                // 20: logic.v1.GroupReply
+	(*CreateGroupRequest)(nil),        // 21: logic.v1.CreateGroupRequest
+	(*GroupRef)(nil),                  // 22: logic.v1.GroupRef
+	(*ChangeGroupMembersRequest)(nil), // 23: logic.v1.ChangeGroupMembersRequest
+	(*LeaveGroupRequest)(nil),         // 24: logic.v1.LeaveGroupRequest
+	(*SetGroupRoleRequest)(nil),       // 25: logic.v1.SetGroupRoleRequest
+	(*MuteGroupRequest)(nil),          // 26: logic.v1.MuteGroupRequest
+	(*MuteGroupMemberRequest)(nil),    // 27: logic.v1.MuteGroupMemberRequest
+	(*TransferGroupRequest)(nil),      // 28: logic.v1.TransferGroupRequest
+	(*UpdateGroupRequest)(nil),        // 29: logic.v1.UpdateGroupRequest
+	(*ListGroupMembersRequest)(nil),   // 30: logic.v1.ListGroupMembersRequest
+	(*GroupMember)(nil),               // 31: logic.v1.GroupMember
+	(*ListGroupMembersReply)(nil),     // 32: logic.v1.ListGroupMembersReply
+	(*SendMessageRequest)(nil),        // 33: logic.v1.SendMessageRequest
+	(*SendMessageReply)(nil),          // 34: logic.v1.SendMessageReply
+	(*GetHistoryRequest)(nil),         // 35: logic.v1.GetHistoryRequest
+	(*HistoryMessage)(nil),            // 36: logic.v1.HistoryMessage
+	(*GetHistoryReply)(nil),           // 37: logic.v1.GetHistoryReply
+	(*PushToUsersRequest)(nil),        // 38: logic.v1.PushToUsersRequest
+	(*BroadcastRequest)(nil),          // 39: logic.v1.BroadcastRequest
+	(*PushReply)(nil),                 // 40: logic.v1.PushReply
+	(*GetPresenceRequest)(nil),        // 41: logic.v1.GetPresenceRequest
+	(*Device)(nil),                    // 42: logic.v1.Device
+	(*Presence)(nil),                  // 43: logic.v1.Presence
+	(*GetPresenceReply)(nil),          // 44: logic.v1.GetPresenceReply
+	(*ListGatesRequest)(nil),          // 45: logic.v1.ListGatesRequest
+	(*GateInfo)(nil),                  // 46: logic.v1.GateInfo
+	(*ListGatesReply)(nil),            // 47: logic.v1.ListGatesReply
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
-	0, // 0: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
-	1, // 1: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	15, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
+	17, // 1: logic.v1.ListBlocksReply.blocked:type_name -> logic.v1.Blocked
+	19, // 2: logic.v1.GroupReply.group:type_name -> logic.v1.Group
+	0,  // 3: logic.v1.SetGroupRoleRequest.role:type_name -> logic.v1.GroupRole
+	0,  // 4: logic.v1.GroupMember.role:type_name -> logic.v1.GroupRole
+	31, // 5: logic.v1.ListGroupMembersReply.members:type_name -> logic.v1.GroupMember
+	36, // 6: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
+	42, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
+	43, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
+	46, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
+	1,  // 10: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
+	2,  // 11: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
+	4,  // 12: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
+	6,  // 13: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
+	8,  // 14: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
+	10, // 15: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
+	11, // 16: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
+	10, // 17: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
+	10, // 18: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
+	14, // 19: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
+	12, // 20: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
+	12, // 21: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
+	14, // 22: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
+	21, // 23: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
+	23, // 24: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	23, // 25: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	24, // 26: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
+	25, // 27: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
+	26, // 28: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
+	27, // 29: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
+	28, // 30: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
+	22, // 31: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
+	29, // 32: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
+	22, // 33: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
+	30, // 34: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
+	33, // 35: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
+	35, // 36: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	38, // 37: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	39, // 38: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	41, // 39: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	45, // 40: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	3,  // 41: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 42: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 43: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	7,  // 44: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	9,  // 45: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	13, // 46: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	13, // 47: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	13, // 48: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	13, // 49: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	16, // 50: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	13, // 51: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	13, // 52: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	18, // 53: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	20, // 54: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	20, // 55: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	20, // 56: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	20, // 57: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	20, // 58: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	20, // 59: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	20, // 60: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	20, // 61: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	20, // 62: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	20, // 63: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	19, // 64: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	32, // 65: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	34, // 66: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	37, // 67: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	40, // 68: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	40, // 69: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	44, // 70: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	47, // 71: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	41, // [41:72] is the sub-list for method output_type
+	10, // [10:41] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_api_proto_init() }
@@ -184,18 +3486,21 @@ func file_logic_v1_api_proto_init() {
 	if File_logic_v1_api_proto != nil {
 		return
 	}
+	file_logic_v1_api_proto_msgTypes[0].OneofWrappers = []any{}
+	file_logic_v1_api_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   2,
+			NumEnums:      1,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_logic_v1_api_proto_goTypes,
 		DependencyIndexes: file_logic_v1_api_proto_depIdxs,
+		EnumInfos:         file_logic_v1_api_proto_enumTypes,
 		MessageInfos:      file_logic_v1_api_proto_msgTypes,
 	}.Build()
 	File_logic_v1_api_proto = out.File

@@ -19,7 +19,37 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Api_IssueToken_FullMethodName = "/logic.v1.Api/IssueToken"
+	Api_UpsertUser_FullMethodName         = "/logic.v1.Api/UpsertUser"
+	Api_GetUser_FullMethodName            = "/logic.v1.Api/GetUser"
+	Api_DisableUser_FullMethodName        = "/logic.v1.Api/DisableUser"
+	Api_IssueToken_FullMethodName         = "/logic.v1.Api/IssueToken"
+	Api_RevokeTokens_FullMethodName       = "/logic.v1.Api/RevokeTokens"
+	Api_AddFriend_FullMethodName          = "/logic.v1.Api/AddFriend"
+	Api_RequestFriend_FullMethodName      = "/logic.v1.Api/RequestFriend"
+	Api_AcceptFriend_FullMethodName       = "/logic.v1.Api/AcceptFriend"
+	Api_RemoveFriend_FullMethodName       = "/logic.v1.Api/RemoveFriend"
+	Api_ListFriends_FullMethodName        = "/logic.v1.Api/ListFriends"
+	Api_Block_FullMethodName              = "/logic.v1.Api/Block"
+	Api_Unblock_FullMethodName            = "/logic.v1.Api/Unblock"
+	Api_ListBlocks_FullMethodName         = "/logic.v1.Api/ListBlocks"
+	Api_CreateGroup_FullMethodName        = "/logic.v1.Api/CreateGroup"
+	Api_AddGroupMembers_FullMethodName    = "/logic.v1.Api/AddGroupMembers"
+	Api_RemoveGroupMembers_FullMethodName = "/logic.v1.Api/RemoveGroupMembers"
+	Api_LeaveGroup_FullMethodName         = "/logic.v1.Api/LeaveGroup"
+	Api_SetGroupRole_FullMethodName       = "/logic.v1.Api/SetGroupRole"
+	Api_MuteGroup_FullMethodName          = "/logic.v1.Api/MuteGroup"
+	Api_MuteGroupMember_FullMethodName    = "/logic.v1.Api/MuteGroupMember"
+	Api_TransferGroup_FullMethodName      = "/logic.v1.Api/TransferGroup"
+	Api_DissolveGroup_FullMethodName      = "/logic.v1.Api/DissolveGroup"
+	Api_UpdateGroup_FullMethodName        = "/logic.v1.Api/UpdateGroup"
+	Api_GetGroup_FullMethodName           = "/logic.v1.Api/GetGroup"
+	Api_ListGroupMembers_FullMethodName   = "/logic.v1.Api/ListGroupMembers"
+	Api_SendMessage_FullMethodName        = "/logic.v1.Api/SendMessage"
+	Api_GetHistory_FullMethodName         = "/logic.v1.Api/GetHistory"
+	Api_PushToUsers_FullMethodName        = "/logic.v1.Api/PushToUsers"
+	Api_Broadcast_FullMethodName          = "/logic.v1.Api/Broadcast"
+	Api_GetPresence_FullMethodName        = "/logic.v1.Api/GetPresence"
+	Api_ListGates_FullMethodName          = "/logic.v1.Api/ListGates"
 )
 
 // ApiClient is the client API for Api service.
@@ -27,11 +57,81 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Api is the business API that business servers call. Every call carries an
-// API key in the "x-api-key" metadata.
+// API key in the "x-api-key" metadata. Ids are int64 here (JSON renders
+// them as strings, as grpcurl does); errors are standard gRPC status codes
+// (INVALID_ARGUMENT names the field, docs/decisions.md has the mapping).
+// Every call is a thin adapter over the domain service the client protocol
+// uses too, so the rules are the same on both doors.
 type ApiClient interface {
+	// UpsertUser creates a user or updates the fields that are set.
+	UpsertUser(ctx context.Context, in *UpsertUserRequest, opts ...grpc.CallOption) (*User, error)
+	// GetUser reads a user (NOT_FOUND when there is no row).
+	GetUser(ctx context.Context, in *GetUserRequest, opts ...grpc.CallOption) (*User, error)
+	// DisableUser sets the user's status to disabled (AUTH is then refused),
+	// revokes their tokens and kicks their live connections.
+	DisableUser(ctx context.Context, in *DisableUserRequest, opts ...grpc.CallOption) (*DisableUserReply, error)
 	// IssueToken mints a client token (HS256 JWT) for a user and, optionally,
 	// one device.
 	IssueToken(ctx context.Context, in *IssueTokenRequest, opts ...grpc.CallOption) (*IssueTokenReply, error)
+	// RevokeTokens makes every token of the user issued so far invalid
+	// (AUTH answers 40101) and kicks every live connection of the user.
+	RevokeTokens(ctx context.Context, in *RevokeTokensRequest, opts ...grpc.CallOption) (*RevokeTokensReply, error)
+	// AddFriend makes two users friends at once (no request).
+	AddFriend(ctx context.Context, in *FriendPair, opts ...grpc.CallOption) (*ChangeReply, error)
+	// RequestFriend asks friend_id to befriend user_id, on user_id's behalf.
+	RequestFriend(ctx context.Context, in *FriendRequestRequest, opts ...grpc.CallOption) (*ChangeReply, error)
+	// AcceptFriend accepts friend_id's pending request to user_id.
+	AcceptFriend(ctx context.Context, in *FriendPair, opts ...grpc.CallOption) (*ChangeReply, error)
+	// RemoveFriend ends a friendship (both sides).
+	RemoveFriend(ctx context.Context, in *FriendPair, opts ...grpc.CallOption) (*ChangeReply, error)
+	// ListFriends pages a user's friends by user id.
+	ListFriends(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListFriendsReply, error)
+	// Block makes user_id block target_id: P2P sends are refused both ways.
+	Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*ChangeReply, error)
+	// Unblock removes user_id's block of target_id.
+	Unblock(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*ChangeReply, error)
+	// ListBlocks pages the users a user blocked.
+	ListBlocks(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListBlocksReply, error)
+	// CreateGroup creates a group owned by owner_id with member_ids.
+	CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// AddGroupMembers adds users (at most 500 a call).
+	AddGroupMembers(ctx context.Context, in *ChangeGroupMembersRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// RemoveGroupMembers removes users (at most 500 a call).
+	RemoveGroupMembers(ctx context.Context, in *ChangeGroupMembersRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// LeaveGroup makes user_id leave the group.
+	LeaveGroup(ctx context.Context, in *LeaveGroupRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// SetGroupRole makes a member an admin or a member again.
+	SetGroupRole(ctx context.Context, in *SetGroupRoleRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// MuteGroup switches mute-all: only the owner and admins may send.
+	MuteGroup(ctx context.Context, in *MuteGroupRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// MuteGroupMember mutes a member until until_ms (0 unmutes).
+	MuteGroupMember(ctx context.Context, in *MuteGroupMemberRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// TransferGroup makes a member the owner; the old owner becomes admin.
+	TransferGroup(ctx context.Context, in *TransferGroupRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// DissolveGroup ends a group: members keep the history, nobody sends.
+	DissolveGroup(ctx context.Context, in *GroupRef, opts ...grpc.CallOption) (*GroupReply, error)
+	// UpdateGroup sets the name, avatar or announcement fields that are set.
+	UpdateGroup(ctx context.Context, in *UpdateGroupRequest, opts ...grpc.CallOption) (*GroupReply, error)
+	// GetGroup reads a group's info.
+	GetGroup(ctx context.Context, in *GroupRef, opts ...grpc.CallOption) (*Group, error)
+	// ListGroupMembers pages a group's members by user id.
+	ListGroupMembers(ctx context.Context, in *ListGroupMembersRequest, opts ...grpc.CallOption) (*ListGroupMembersReply, error)
+	// SendMessage sends as a user (sender_id) or as the system account
+	// (system: true) to a user, a group or a conversation.
+	SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageReply, error)
+	// GetHistory pages a conversation's messages after a cursor, as the
+	// user sees them (SYNC_MESSAGES's paging).
+	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error)
+	// PushToUsers sends a transient push (command 18, never stored) to the
+	// users' online devices only.
+	PushToUsers(ctx context.Context, in *PushToUsersRequest, opts ...grpc.CallOption) (*PushReply, error)
+	// Broadcast sends a transient push to every connection on every gate.
+	Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*PushReply, error)
+	// GetPresence lists each user's online devices.
+	GetPresence(ctx context.Context, in *GetPresenceRequest, opts ...grpc.CallOption) (*GetPresenceReply, error)
+	// ListGates lists the live gates with their client addresses and
+	// connection counts (also on logic's admin HTTP at /gates).
+	ListGates(ctx context.Context, in *ListGatesRequest, opts ...grpc.CallOption) (*ListGatesReply, error)
 }
 
 type apiClient struct {
@@ -40,6 +140,36 @@ type apiClient struct {
 
 func NewApiClient(cc grpc.ClientConnInterface) ApiClient {
 	return &apiClient{cc}
+}
+
+func (c *apiClient) UpsertUser(ctx context.Context, in *UpsertUserRequest, opts ...grpc.CallOption) (*User, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(User)
+	err := c.cc.Invoke(ctx, Api_UpsertUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) GetUser(ctx context.Context, in *GetUserRequest, opts ...grpc.CallOption) (*User, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(User)
+	err := c.cc.Invoke(ctx, Api_GetUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) DisableUser(ctx context.Context, in *DisableUserRequest, opts ...grpc.CallOption) (*DisableUserReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DisableUserReply)
+	err := c.cc.Invoke(ctx, Api_DisableUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (c *apiClient) IssueToken(ctx context.Context, in *IssueTokenRequest, opts ...grpc.CallOption) (*IssueTokenReply, error) {
@@ -52,16 +182,356 @@ func (c *apiClient) IssueToken(ctx context.Context, in *IssueTokenRequest, opts 
 	return out, nil
 }
 
+func (c *apiClient) RevokeTokens(ctx context.Context, in *RevokeTokensRequest, opts ...grpc.CallOption) (*RevokeTokensReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeTokensReply)
+	err := c.cc.Invoke(ctx, Api_RevokeTokens_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) AddFriend(ctx context.Context, in *FriendPair, opts ...grpc.CallOption) (*ChangeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReply)
+	err := c.cc.Invoke(ctx, Api_AddFriend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) RequestFriend(ctx context.Context, in *FriendRequestRequest, opts ...grpc.CallOption) (*ChangeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReply)
+	err := c.cc.Invoke(ctx, Api_RequestFriend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) AcceptFriend(ctx context.Context, in *FriendPair, opts ...grpc.CallOption) (*ChangeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReply)
+	err := c.cc.Invoke(ctx, Api_AcceptFriend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) RemoveFriend(ctx context.Context, in *FriendPair, opts ...grpc.CallOption) (*ChangeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReply)
+	err := c.cc.Invoke(ctx, Api_RemoveFriend_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ListFriends(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListFriendsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFriendsReply)
+	err := c.cc.Invoke(ctx, Api_ListFriends_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) Block(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*ChangeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReply)
+	err := c.cc.Invoke(ctx, Api_Block_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) Unblock(ctx context.Context, in *BlockRequest, opts ...grpc.CallOption) (*ChangeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ChangeReply)
+	err := c.cc.Invoke(ctx, Api_Unblock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ListBlocks(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListBlocksReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListBlocksReply)
+	err := c.cc.Invoke(ctx, Api_ListBlocks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) CreateGroup(ctx context.Context, in *CreateGroupRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_CreateGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) AddGroupMembers(ctx context.Context, in *ChangeGroupMembersRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_AddGroupMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) RemoveGroupMembers(ctx context.Context, in *ChangeGroupMembersRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_RemoveGroupMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) LeaveGroup(ctx context.Context, in *LeaveGroupRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_LeaveGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) SetGroupRole(ctx context.Context, in *SetGroupRoleRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_SetGroupRole_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) MuteGroup(ctx context.Context, in *MuteGroupRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_MuteGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) MuteGroupMember(ctx context.Context, in *MuteGroupMemberRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_MuteGroupMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) TransferGroup(ctx context.Context, in *TransferGroupRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_TransferGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) DissolveGroup(ctx context.Context, in *GroupRef, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_DissolveGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) UpdateGroup(ctx context.Context, in *UpdateGroupRequest, opts ...grpc.CallOption) (*GroupReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupReply)
+	err := c.cc.Invoke(ctx, Api_UpdateGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) GetGroup(ctx context.Context, in *GroupRef, opts ...grpc.CallOption) (*Group, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Group)
+	err := c.cc.Invoke(ctx, Api_GetGroup_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ListGroupMembers(ctx context.Context, in *ListGroupMembersRequest, opts ...grpc.CallOption) (*ListGroupMembersReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGroupMembersReply)
+	err := c.cc.Invoke(ctx, Api_ListGroupMembers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendMessageReply)
+	err := c.cc.Invoke(ctx, Api_SendMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetHistoryReply)
+	err := c.cc.Invoke(ctx, Api_GetHistory_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) PushToUsers(ctx context.Context, in *PushToUsersRequest, opts ...grpc.CallOption) (*PushReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushReply)
+	err := c.cc.Invoke(ctx, Api_PushToUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*PushReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushReply)
+	err := c.cc.Invoke(ctx, Api_Broadcast_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) GetPresence(ctx context.Context, in *GetPresenceRequest, opts ...grpc.CallOption) (*GetPresenceReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetPresenceReply)
+	err := c.cc.Invoke(ctx, Api_GetPresence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ListGates(ctx context.Context, in *ListGatesRequest, opts ...grpc.CallOption) (*ListGatesReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListGatesReply)
+	err := c.cc.Invoke(ctx, Api_ListGates_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ApiServer is the server API for Api service.
 // All implementations must embed UnimplementedApiServer
 // for forward compatibility.
 //
 // Api is the business API that business servers call. Every call carries an
-// API key in the "x-api-key" metadata.
+// API key in the "x-api-key" metadata. Ids are int64 here (JSON renders
+// them as strings, as grpcurl does); errors are standard gRPC status codes
+// (INVALID_ARGUMENT names the field, docs/decisions.md has the mapping).
+// Every call is a thin adapter over the domain service the client protocol
+// uses too, so the rules are the same on both doors.
 type ApiServer interface {
+	// UpsertUser creates a user or updates the fields that are set.
+	UpsertUser(context.Context, *UpsertUserRequest) (*User, error)
+	// GetUser reads a user (NOT_FOUND when there is no row).
+	GetUser(context.Context, *GetUserRequest) (*User, error)
+	// DisableUser sets the user's status to disabled (AUTH is then refused),
+	// revokes their tokens and kicks their live connections.
+	DisableUser(context.Context, *DisableUserRequest) (*DisableUserReply, error)
 	// IssueToken mints a client token (HS256 JWT) for a user and, optionally,
 	// one device.
 	IssueToken(context.Context, *IssueTokenRequest) (*IssueTokenReply, error)
+	// RevokeTokens makes every token of the user issued so far invalid
+	// (AUTH answers 40101) and kicks every live connection of the user.
+	RevokeTokens(context.Context, *RevokeTokensRequest) (*RevokeTokensReply, error)
+	// AddFriend makes two users friends at once (no request).
+	AddFriend(context.Context, *FriendPair) (*ChangeReply, error)
+	// RequestFriend asks friend_id to befriend user_id, on user_id's behalf.
+	RequestFriend(context.Context, *FriendRequestRequest) (*ChangeReply, error)
+	// AcceptFriend accepts friend_id's pending request to user_id.
+	AcceptFriend(context.Context, *FriendPair) (*ChangeReply, error)
+	// RemoveFriend ends a friendship (both sides).
+	RemoveFriend(context.Context, *FriendPair) (*ChangeReply, error)
+	// ListFriends pages a user's friends by user id.
+	ListFriends(context.Context, *ListRequest) (*ListFriendsReply, error)
+	// Block makes user_id block target_id: P2P sends are refused both ways.
+	Block(context.Context, *BlockRequest) (*ChangeReply, error)
+	// Unblock removes user_id's block of target_id.
+	Unblock(context.Context, *BlockRequest) (*ChangeReply, error)
+	// ListBlocks pages the users a user blocked.
+	ListBlocks(context.Context, *ListRequest) (*ListBlocksReply, error)
+	// CreateGroup creates a group owned by owner_id with member_ids.
+	CreateGroup(context.Context, *CreateGroupRequest) (*GroupReply, error)
+	// AddGroupMembers adds users (at most 500 a call).
+	AddGroupMembers(context.Context, *ChangeGroupMembersRequest) (*GroupReply, error)
+	// RemoveGroupMembers removes users (at most 500 a call).
+	RemoveGroupMembers(context.Context, *ChangeGroupMembersRequest) (*GroupReply, error)
+	// LeaveGroup makes user_id leave the group.
+	LeaveGroup(context.Context, *LeaveGroupRequest) (*GroupReply, error)
+	// SetGroupRole makes a member an admin or a member again.
+	SetGroupRole(context.Context, *SetGroupRoleRequest) (*GroupReply, error)
+	// MuteGroup switches mute-all: only the owner and admins may send.
+	MuteGroup(context.Context, *MuteGroupRequest) (*GroupReply, error)
+	// MuteGroupMember mutes a member until until_ms (0 unmutes).
+	MuteGroupMember(context.Context, *MuteGroupMemberRequest) (*GroupReply, error)
+	// TransferGroup makes a member the owner; the old owner becomes admin.
+	TransferGroup(context.Context, *TransferGroupRequest) (*GroupReply, error)
+	// DissolveGroup ends a group: members keep the history, nobody sends.
+	DissolveGroup(context.Context, *GroupRef) (*GroupReply, error)
+	// UpdateGroup sets the name, avatar or announcement fields that are set.
+	UpdateGroup(context.Context, *UpdateGroupRequest) (*GroupReply, error)
+	// GetGroup reads a group's info.
+	GetGroup(context.Context, *GroupRef) (*Group, error)
+	// ListGroupMembers pages a group's members by user id.
+	ListGroupMembers(context.Context, *ListGroupMembersRequest) (*ListGroupMembersReply, error)
+	// SendMessage sends as a user (sender_id) or as the system account
+	// (system: true) to a user, a group or a conversation.
+	SendMessage(context.Context, *SendMessageRequest) (*SendMessageReply, error)
+	// GetHistory pages a conversation's messages after a cursor, as the
+	// user sees them (SYNC_MESSAGES's paging).
+	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error)
+	// PushToUsers sends a transient push (command 18, never stored) to the
+	// users' online devices only.
+	PushToUsers(context.Context, *PushToUsersRequest) (*PushReply, error)
+	// Broadcast sends a transient push to every connection on every gate.
+	Broadcast(context.Context, *BroadcastRequest) (*PushReply, error)
+	// GetPresence lists each user's online devices.
+	GetPresence(context.Context, *GetPresenceRequest) (*GetPresenceReply, error)
+	// ListGates lists the live gates with their client addresses and
+	// connection counts (also on logic's admin HTTP at /gates).
+	ListGates(context.Context, *ListGatesRequest) (*ListGatesReply, error)
 	mustEmbedUnimplementedApiServer()
 }
 
@@ -72,8 +542,98 @@ type ApiServer interface {
 // pointer dereference when methods are called.
 type UnimplementedApiServer struct{}
 
+func (UnimplementedApiServer) UpsertUser(context.Context, *UpsertUserRequest) (*User, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpsertUser not implemented")
+}
+func (UnimplementedApiServer) GetUser(context.Context, *GetUserRequest) (*User, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUser not implemented")
+}
+func (UnimplementedApiServer) DisableUser(context.Context, *DisableUserRequest) (*DisableUserReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisableUser not implemented")
+}
 func (UnimplementedApiServer) IssueToken(context.Context, *IssueTokenRequest) (*IssueTokenReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueToken not implemented")
+}
+func (UnimplementedApiServer) RevokeTokens(context.Context, *RevokeTokensRequest) (*RevokeTokensReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RevokeTokens not implemented")
+}
+func (UnimplementedApiServer) AddFriend(context.Context, *FriendPair) (*ChangeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddFriend not implemented")
+}
+func (UnimplementedApiServer) RequestFriend(context.Context, *FriendRequestRequest) (*ChangeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RequestFriend not implemented")
+}
+func (UnimplementedApiServer) AcceptFriend(context.Context, *FriendPair) (*ChangeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcceptFriend not implemented")
+}
+func (UnimplementedApiServer) RemoveFriend(context.Context, *FriendPair) (*ChangeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveFriend not implemented")
+}
+func (UnimplementedApiServer) ListFriends(context.Context, *ListRequest) (*ListFriendsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFriends not implemented")
+}
+func (UnimplementedApiServer) Block(context.Context, *BlockRequest) (*ChangeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Block not implemented")
+}
+func (UnimplementedApiServer) Unblock(context.Context, *BlockRequest) (*ChangeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Unblock not implemented")
+}
+func (UnimplementedApiServer) ListBlocks(context.Context, *ListRequest) (*ListBlocksReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListBlocks not implemented")
+}
+func (UnimplementedApiServer) CreateGroup(context.Context, *CreateGroupRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateGroup not implemented")
+}
+func (UnimplementedApiServer) AddGroupMembers(context.Context, *ChangeGroupMembersRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddGroupMembers not implemented")
+}
+func (UnimplementedApiServer) RemoveGroupMembers(context.Context, *ChangeGroupMembersRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveGroupMembers not implemented")
+}
+func (UnimplementedApiServer) LeaveGroup(context.Context, *LeaveGroupRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method LeaveGroup not implemented")
+}
+func (UnimplementedApiServer) SetGroupRole(context.Context, *SetGroupRoleRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetGroupRole not implemented")
+}
+func (UnimplementedApiServer) MuteGroup(context.Context, *MuteGroupRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method MuteGroup not implemented")
+}
+func (UnimplementedApiServer) MuteGroupMember(context.Context, *MuteGroupMemberRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method MuteGroupMember not implemented")
+}
+func (UnimplementedApiServer) TransferGroup(context.Context, *TransferGroupRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method TransferGroup not implemented")
+}
+func (UnimplementedApiServer) DissolveGroup(context.Context, *GroupRef) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DissolveGroup not implemented")
+}
+func (UnimplementedApiServer) UpdateGroup(context.Context, *UpdateGroupRequest) (*GroupReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method UpdateGroup not implemented")
+}
+func (UnimplementedApiServer) GetGroup(context.Context, *GroupRef) (*Group, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetGroup not implemented")
+}
+func (UnimplementedApiServer) ListGroupMembers(context.Context, *ListGroupMembersRequest) (*ListGroupMembersReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGroupMembers not implemented")
+}
+func (UnimplementedApiServer) SendMessage(context.Context, *SendMessageRequest) (*SendMessageReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SendMessage not implemented")
+}
+func (UnimplementedApiServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
+}
+func (UnimplementedApiServer) PushToUsers(context.Context, *PushToUsersRequest) (*PushReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method PushToUsers not implemented")
+}
+func (UnimplementedApiServer) Broadcast(context.Context, *BroadcastRequest) (*PushReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Broadcast not implemented")
+}
+func (UnimplementedApiServer) GetPresence(context.Context, *GetPresenceRequest) (*GetPresenceReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPresence not implemented")
+}
+func (UnimplementedApiServer) ListGates(context.Context, *ListGatesRequest) (*ListGatesReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListGates not implemented")
 }
 func (UnimplementedApiServer) mustEmbedUnimplementedApiServer() {}
 func (UnimplementedApiServer) testEmbeddedByValue()             {}
@@ -96,6 +656,60 @@ func RegisterApiServer(s grpc.ServiceRegistrar, srv ApiServer) {
 	s.RegisterService(&Api_ServiceDesc, srv)
 }
 
+func _Api_UpsertUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpsertUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).UpsertUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_UpsertUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).UpsertUser(ctx, req.(*UpsertUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_GetUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).GetUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_GetUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).GetUser(ctx, req.(*GetUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_DisableUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DisableUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).DisableUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_DisableUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).DisableUser(ctx, req.(*DisableUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Api_IssueToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(IssueTokenRequest)
 	if err := dec(in); err != nil {
@@ -114,6 +728,492 @@ func _Api_IssueToken_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_RevokeTokens_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeTokensRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).RevokeTokens(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_RevokeTokens_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).RevokeTokens(ctx, req.(*RevokeTokensRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_AddFriend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FriendPair)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).AddFriend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_AddFriend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).AddFriend(ctx, req.(*FriendPair))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_RequestFriend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FriendRequestRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).RequestFriend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_RequestFriend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).RequestFriend(ctx, req.(*FriendRequestRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_AcceptFriend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FriendPair)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).AcceptFriend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_AcceptFriend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).AcceptFriend(ctx, req.(*FriendPair))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_RemoveFriend_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(FriendPair)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).RemoveFriend(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_RemoveFriend_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).RemoveFriend(ctx, req.(*FriendPair))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ListFriends_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ListFriends(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ListFriends_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ListFriends(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_Block_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).Block(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_Block_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).Block(ctx, req.(*BlockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_Unblock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BlockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).Unblock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_Unblock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).Unblock(ctx, req.(*BlockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ListBlocks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ListBlocks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ListBlocks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ListBlocks(ctx, req.(*ListRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_CreateGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).CreateGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_CreateGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).CreateGroup(ctx, req.(*CreateGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_AddGroupMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangeGroupMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).AddGroupMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_AddGroupMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).AddGroupMembers(ctx, req.(*ChangeGroupMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_RemoveGroupMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ChangeGroupMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).RemoveGroupMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_RemoveGroupMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).RemoveGroupMembers(ctx, req.(*ChangeGroupMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_LeaveGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaveGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).LeaveGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_LeaveGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).LeaveGroup(ctx, req.(*LeaveGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_SetGroupRole_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetGroupRoleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).SetGroupRole(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_SetGroupRole_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).SetGroupRole(ctx, req.(*SetGroupRoleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_MuteGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MuteGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).MuteGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_MuteGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).MuteGroup(ctx, req.(*MuteGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_MuteGroupMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MuteGroupMemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).MuteGroupMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_MuteGroupMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).MuteGroupMember(ctx, req.(*MuteGroupMemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_TransferGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TransferGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).TransferGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_TransferGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).TransferGroup(ctx, req.(*TransferGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_DissolveGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).DissolveGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_DissolveGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).DissolveGroup(ctx, req.(*GroupRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_UpdateGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateGroupRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).UpdateGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_UpdateGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).UpdateGroup(ctx, req.(*UpdateGroupRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_GetGroup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).GetGroup(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_GetGroup_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).GetGroup(ctx, req.(*GroupRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ListGroupMembers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGroupMembersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ListGroupMembers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ListGroupMembers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ListGroupMembers(ctx, req.(*ListGroupMembersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_SendMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).SendMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_SendMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).SendMessage(ctx, req.(*SendMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetHistoryRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).GetHistory(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_GetHistory_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).GetHistory(ctx, req.(*GetHistoryRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_PushToUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PushToUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).PushToUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_PushToUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).PushToUsers(ctx, req.(*PushToUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_Broadcast_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BroadcastRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).Broadcast(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_Broadcast_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).Broadcast(ctx, req.(*BroadcastRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_GetPresence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPresenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).GetPresence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_GetPresence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).GetPresence(ctx, req.(*GetPresenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ListGates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListGatesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ListGates(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ListGates_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ListGates(ctx, req.(*ListGatesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Api_ServiceDesc is the grpc.ServiceDesc for Api service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -122,8 +1222,128 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*ApiServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
+			MethodName: "UpsertUser",
+			Handler:    _Api_UpsertUser_Handler,
+		},
+		{
+			MethodName: "GetUser",
+			Handler:    _Api_GetUser_Handler,
+		},
+		{
+			MethodName: "DisableUser",
+			Handler:    _Api_DisableUser_Handler,
+		},
+		{
 			MethodName: "IssueToken",
 			Handler:    _Api_IssueToken_Handler,
+		},
+		{
+			MethodName: "RevokeTokens",
+			Handler:    _Api_RevokeTokens_Handler,
+		},
+		{
+			MethodName: "AddFriend",
+			Handler:    _Api_AddFriend_Handler,
+		},
+		{
+			MethodName: "RequestFriend",
+			Handler:    _Api_RequestFriend_Handler,
+		},
+		{
+			MethodName: "AcceptFriend",
+			Handler:    _Api_AcceptFriend_Handler,
+		},
+		{
+			MethodName: "RemoveFriend",
+			Handler:    _Api_RemoveFriend_Handler,
+		},
+		{
+			MethodName: "ListFriends",
+			Handler:    _Api_ListFriends_Handler,
+		},
+		{
+			MethodName: "Block",
+			Handler:    _Api_Block_Handler,
+		},
+		{
+			MethodName: "Unblock",
+			Handler:    _Api_Unblock_Handler,
+		},
+		{
+			MethodName: "ListBlocks",
+			Handler:    _Api_ListBlocks_Handler,
+		},
+		{
+			MethodName: "CreateGroup",
+			Handler:    _Api_CreateGroup_Handler,
+		},
+		{
+			MethodName: "AddGroupMembers",
+			Handler:    _Api_AddGroupMembers_Handler,
+		},
+		{
+			MethodName: "RemoveGroupMembers",
+			Handler:    _Api_RemoveGroupMembers_Handler,
+		},
+		{
+			MethodName: "LeaveGroup",
+			Handler:    _Api_LeaveGroup_Handler,
+		},
+		{
+			MethodName: "SetGroupRole",
+			Handler:    _Api_SetGroupRole_Handler,
+		},
+		{
+			MethodName: "MuteGroup",
+			Handler:    _Api_MuteGroup_Handler,
+		},
+		{
+			MethodName: "MuteGroupMember",
+			Handler:    _Api_MuteGroupMember_Handler,
+		},
+		{
+			MethodName: "TransferGroup",
+			Handler:    _Api_TransferGroup_Handler,
+		},
+		{
+			MethodName: "DissolveGroup",
+			Handler:    _Api_DissolveGroup_Handler,
+		},
+		{
+			MethodName: "UpdateGroup",
+			Handler:    _Api_UpdateGroup_Handler,
+		},
+		{
+			MethodName: "GetGroup",
+			Handler:    _Api_GetGroup_Handler,
+		},
+		{
+			MethodName: "ListGroupMembers",
+			Handler:    _Api_ListGroupMembers_Handler,
+		},
+		{
+			MethodName: "SendMessage",
+			Handler:    _Api_SendMessage_Handler,
+		},
+		{
+			MethodName: "GetHistory",
+			Handler:    _Api_GetHistory_Handler,
+		},
+		{
+			MethodName: "PushToUsers",
+			Handler:    _Api_PushToUsers_Handler,
+		},
+		{
+			MethodName: "Broadcast",
+			Handler:    _Api_Broadcast_Handler,
+		},
+		{
+			MethodName: "GetPresence",
+			Handler:    _Api_GetPresence_Handler,
+		},
+		{
+			MethodName: "ListGates",
+			Handler:    _Api_ListGates_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

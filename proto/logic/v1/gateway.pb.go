@@ -219,9 +219,12 @@ func (*GateFrame_Rebind) isGateFrame_Kind() {}
 
 // Hello introduces the gate: its unique id and the address of its Push server.
 type Hello struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	GateId        string                 `protobuf:"bytes,1,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
-	PushAddr      string                 `protobuf:"bytes,2,opt,name=push_addr,json=pushAddr,proto3" json:"push_addr,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	GateId   string                 `protobuf:"bytes,1,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
+	PushAddr string                 `protobuf:"bytes,2,opt,name=push_addr,json=pushAddr,proto3" json:"push_addr,omitempty"`
+	// client_addrs are the addresses clients connect to
+	// ("tcp://host:port"), listed by the business API's ListGates.
+	ClientAddrs   []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +271,13 @@ func (x *Hello) GetPushAddr() string {
 		return x.PushAddr
 	}
 	return ""
+}
+
+func (x *Hello) GetClientAddrs() []string {
+	if x != nil {
+		return x.ClientAddrs
+	}
+	return nil
 }
 
 // Request is one client frame. session is unset before AUTH succeeded.
@@ -759,10 +769,11 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"\arequest\x18\x02 \x01(\v2\x11.logic.v1.RequestH\x00R\arequest\x12*\n" +
 	"\x06closed\x18\x03 \x01(\v2\x10.logic.v1.ClosedH\x00R\x06closed\x12*\n" +
 	"\x06rebind\x18\x04 \x01(\v2\x10.logic.v1.RebindH\x00R\x06rebindB\x06\n" +
-	"\x04kind\"=\n" +
+	"\x04kind\"`\n" +
 	"\x05Hello\x12\x17\n" +
 	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12\x1b\n" +
-	"\tpush_addr\x18\x02 \x01(\tR\bpushAddr\"\xd6\x01\n" +
+	"\tpush_addr\x18\x02 \x01(\tR\bpushAddr\x12!\n" +
+	"\fclient_addrs\x18\x03 \x03(\tR\vclientAddrs\"\xd6\x01\n" +
 	"\aRequest\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
 	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\x12\x17\n" +
