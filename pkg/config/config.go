@@ -59,7 +59,12 @@ type Gate struct {
 	// PushAdvertise the address logic and deliver dial (default PushAddr).
 	PushAddr      string `mapstructure:"push_addr"`
 	PushAdvertise string `mapstructure:"push_advertise"`
-	AdminAddr     string `mapstructure:"admin_addr"`
+	// ClientAdvertise are the addresses clients connect to
+	// ("tcp://host:port"), as the business API's ListGates shows them
+	// (default: tcp:// and the bound TCP listener): behind a balancer or
+	// NAT the bound address is not the one clients dial.
+	ClientAdvertise []string `mapstructure:"client_advertise"`
+	AdminAddr       string   `mapstructure:"admin_addr"`
 	// LogicAddrs are the logic instances; the gate keeps StreamsPerLogic
 	// Gateway streams to each.
 	LogicAddrs      []string `mapstructure:"logic_addrs"`
@@ -124,6 +129,10 @@ type Logic struct {
 	// (anyone not blocked either way) or P2PFriendsOnly. Blocks refuse
 	// under both.
 	P2PPolicy string `mapstructure:"p2p_policy"`
+	// SystemUserID is the user id of the system account the business API
+	// sends as (SendMessage with system: true): messages show it as their
+	// sender, so it must be an id the business never gives a person.
+	SystemUserID int64 `mapstructure:"system_user_id"`
 }
 
 // The values of logic.p2p_policy.
@@ -162,6 +171,7 @@ var defaults = map[string]any{
 	"gate.tcp_addr":              "127.0.0.1:8100",
 	"gate.push_addr":             "127.0.0.1:8110",
 	"gate.push_advertise":        "",
+	"gate.client_advertise":      []string{},
 	"gate.admin_addr":            "127.0.0.1:8120",
 	"gate.logic_addrs":           []string{"127.0.0.1:9000"},
 	"gate.streams_per_logic":     4,
@@ -195,6 +205,7 @@ var defaults = map[string]any{
 	"logic.commit_batch":         64,
 	"logic.group_max_members":    10000,
 	"logic.p2p_policy":           P2POpen,
+	"logic.system_user_id":       1,
 	"deliver.id":                 "deliver-1",
 	"deliver.admin_addr":         "127.0.0.1:9040",
 	"deliver.redis.addr":         "127.0.0.1:6379",
@@ -240,6 +251,9 @@ func Load(path string) (*Config, error) {
 	}
 	if c.Logic.GroupMaxMembers < 1 {
 		return nil, errors.New("config: logic.group_max_members must be at least 1")
+	}
+	if c.Logic.SystemUserID < 1 {
+		return nil, errors.New("config: logic.system_user_id must be a positive user id")
 	}
 	switch c.Logic.P2PPolicy {
 	case P2POpen, P2PFriendsOnly:

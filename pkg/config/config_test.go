@@ -39,6 +39,8 @@ func TestLoad(t *testing.T) {
 		{"deliver logic timeout default", c.Deliver.LogicTimeout, 2 * time.Second},
 		{"group member limit default", c.Logic.GroupMaxMembers, 10000},
 		{"p2p policy default", c.Logic.P2PPolicy, P2POpen},
+		{"system user default", c.Logic.SystemUserID, int64(1)},
+		{"no client advertise by default", len(c.Gate.ClientAdvertise), 0},
 	}
 	for _, tt := range tests {
 		if tt.got != tt.want {
@@ -59,6 +61,16 @@ func TestLoad(t *testing.T) {
 		}
 		if err == nil && c.Logic.P2PPolicy != tt.policy {
 			t.Errorf("p2p_policy %q loaded as %q", tt.policy, c.Logic.P2PPolicy)
+		}
+	}
+	t.Setenv("IM_LOGIC_P2P_POLICY", "open")
+	for _, tt := range []struct {
+		id      string
+		wantErr bool
+	}{{"7", false}, {"0", true}, {"-3", true}} {
+		t.Setenv("IM_LOGIC_SYSTEM_USER_ID", tt.id)
+		if _, err := Load(""); (err != nil) != tt.wantErr {
+			t.Errorf("system_user_id %s: err = %v, want error %v", tt.id, err, tt.wantErr)
 		}
 	}
 	if RequireSecret("logic.jwt_secret", "") == nil {

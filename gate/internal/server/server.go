@@ -194,6 +194,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 
+	up.cfg.ClientAddrs = s.clientAddrs()
 	up.Start(s.ctx)
 	go s.sweeper.Run(s.ctx)
 	go s.watchReady(s.ctx)
@@ -223,6 +224,15 @@ func (s *Server) watchReady(ctx context.Context) {
 
 // Errors returns a channel reporting listeners that stopped unexpectedly.
 func (s *Server) Errors() <-chan error { return s.serveErr }
+
+// clientAddrs returns the addresses clients are told to connect to:
+// gate.client_advertise, else the bound TCP listener.
+func (s *Server) clientAddrs() []string {
+	if len(s.cfg.ClientAdvertise) > 0 {
+		return s.cfg.ClientAdvertise
+	}
+	return []string{"tcp://" + s.tcpLn.Addr().String()}
+}
 
 // TCPAddr returns the bound client address.
 func (s *Server) TCPAddr() string { return s.tcpLn.Addr().String() }

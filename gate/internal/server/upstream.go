@@ -39,8 +39,11 @@ type responder interface {
 
 // UpstreamConfig configures the streams to logic.
 type UpstreamConfig struct {
-	GateID          string
-	PushAdvertise   string
+	GateID        string
+	PushAdvertise string
+	// ClientAddrs are the addresses clients connect to, sent in Hello so
+	// logic can list the gates (the business API's ListGates).
+	ClientAddrs     []string
 	Secret          string
 	LogicAddrs      []string
 	StreamsPerLogic int
@@ -372,7 +375,7 @@ func (st *stream) session(ctx context.Context, wasUp *bool) error {
 		return fmt.Errorf("connect: %w", err)
 	}
 	hello := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Hello{Hello: &logicv1.Hello{
-		GateId: st.u.cfg.GateID, PushAddr: st.u.cfg.PushAdvertise,
+		GateId: st.u.cfg.GateID, PushAddr: st.u.cfg.PushAdvertise, ClientAddrs: st.u.cfg.ClientAddrs,
 	}}}
 	if err := cs.Send(hello); err != nil {
 		return fmt.Errorf("send hello: %w", err)
