@@ -20,6 +20,7 @@ import (
 	"github.com/sparkim/spark/deliver/internal/fanout"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/logicclient"
+	"github.com/sparkim/spark/deliver/internal/members"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/deliver/internal/service"
 	"github.com/sparkim/spark/pkg/admin"
@@ -80,6 +81,7 @@ func run(cfgPath string) error {
 	}
 	defer func() { _ = logics.Close() }()
 	fo := fanout.New(rdb, gates, logics, d.PushTimeout, log, m)
+	fo.SetMembers(members.New(logics, 0))
 	svc := service.New(rdb, service.Config{
 		ID: d.ID, Partitions: cfg.Queue.Partitions, BatchSize: d.BatchSize, LeaseTTL: d.LeaseTTL,
 	}, fo, log, m)

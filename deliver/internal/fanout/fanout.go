@@ -144,7 +144,18 @@ type Fanout struct {
 	// mailboxPausedUntil is the Unix nano time before which mailbox calls
 	// are skipped (set after a failure).
 	mailboxPausedUntil atomic.Int64
+	// members expands group jobs (nil: group jobs are dropped).
+	members Members
 }
+
+// Members gives a group conversation's members at a member_version or
+// newer (a *members.Cache).
+type Members interface {
+	Members(ctx context.Context, conversationID, minVersion int64) ([]int64, error)
+}
+
+// SetMembers makes f expand group jobs with m. Call it before processing.
+func (f *Fanout) SetMembers(m Members) { f.members = m }
 
 // New returns a Fanout. mailbox may be nil: missed pushes are then only
 // counted (sync still brings the messages).
@@ -222,6 +233,9 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 		}
 	}
 
+	if err := f.expandGroups(ctx, partition, tasks); err != nil {
+		return err
+	}
 	routes, err := f.lookup(ctx, partition, tasks)
 	if err != nil {
 		return err
@@ -254,6 +268,38 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 		}
 	}
 	f.recordMissed(ctx, events)
+	return nil
+}
+
+// expandGroups fills in the recipients of group jobs (logic leaves them
+// empty) from the member cache, at the member_version each job was
+// authorized against or newer. A member list that cannot be read fails the
+// batch, which is retried: a group message is never dropped for it. A
+// conversation that is no group's (dissolved and gone) is skipped.
+func (f *Fanout) expandGroups(ctx context.Context, partition int, tasks []task) error {
+	for i := range tasks {
+		t := &tasks[i]
+		if t.skip || t.job.GetConversationType() != protocol.ConversationGroup || len(t.job.GetRecipients()) > 0 {
+			continue
+		}
+		if f.members == nil {
+			f.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
+			f.jobLog(partition, t.job).Warn("group job but no member source, dropped")
+			t.skip = true
+			continue
+		}
+		ids, err := f.members.Members(ctx, t.job.GetConversationId(), t.job.GetMemberVersion())
+		if status.Code(err) == codes.NotFound {
+			f.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
+			f.jobLog(partition, t.job).Warn("group job for a conversation that is no group's, dropped", zap.Error(err))
+			t.skip = true
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("fanout: group members: %w", err)
+		}
+		t.job.Recipients = ids
+	}
 	return nil
 }
 
@@ -394,7 +440,7 @@ func (f *Fanout) applyLists(ctx context.Context, partition int, tasks []task) er
 		}
 		for _, uid := range uids {
 			ups = append(ups, listUpdate{uid: uid, cid: t.job.GetConversationId(), msgID: t.job.GetMsgId(), at: at,
-				count: uid != t.job.GetSenderId(), preview: pj})
+				count: uid != t.job.GetSenderId() && !t.job.GetNoUnread(), preview: pj})
 		}
 	}
 	for lo := 0; lo < len(ups); lo += pipelineChunk {

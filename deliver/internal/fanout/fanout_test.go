@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"sort"
 	"strconv"
@@ -15,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
@@ -795,5 +798,81 @@ func TestMutedConversationCountsNoUnread(t *testing.T) {
 	}
 	if s, _ := loadState(t, rdb, 2, cid); s.Unread != 0 || s.LastMsgID != 12 || s.Preview.Text != "b" || !s.Muted {
 		t.Fatalf("muted state %+v", s)
+	}
+}
+
+// groupMembers is a member source for tests: the members of every group
+// conversation, or err.
+type groupMembers struct {
+	ids   []int64
+	err   error
+	calls []int64 // member_versions asked for
+}
+
+func (g *groupMembers) Members(_ context.Context, _ int64, minVersion int64) ([]int64, error) {
+	g.calls = append(g.calls, minVersion)
+	return g.ids, g.err
+}
+
+// A group job carries no recipients: deliver expands them from the member
+// source at the job's member_version, pushes to every member's devices but
+// the sending one, and counts unread for everyone but the sender (nobody
+// for a no_unread message). A group that is gone drops the job; a member
+// list that cannot be read fails the batch, to be retried.
+func TestGroupJobExpandsMembers(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	for uid, conn := range map[int64]uint64{31: 1, 32: 2, 33: 3} {
+		if err := rdb.HSet(ctx, rediskey.Route(uid), "d", route.Entry{GateID: "g1", ConnID: conn, SinceMs: 1}.String()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const cid = 40
+	for _, uid := range []int64{31, 32, 33} {
+		seedState(t, rdb, uid, cid, dialog.State{Type: 2, GroupID: 4, LastMsgID: 10, Base: 10})
+	}
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	src := &groupMembers{ids: []int64{31, 32, 33}}
+	f.SetMembers(src)
+	groupJob := func(msgID int64, noUnread bool) *queuev1.DeliverJob {
+		j := messageJob(msgID, cid, `{"text":"to the group"}`)
+		j.ConversationType, j.Recipients, j.SenderId, j.SenderDevice, j.MemberVersion, j.NoUnread = 2, nil, 31, "d", 7, noUnread
+		return j
+	}
+	if err := f.ProcessBatch(ctx, cid, []*queuev1.DeliverJob{groupJob(11, false), groupJob(12, true)}); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(src.calls) != "[7 7]" {
+		t.Fatalf("member source asked for versions %v, want [7 7]", src.calls)
+	}
+	var conns []uint64
+	for _, p := range g1.Pushes() {
+		for _, tg := range p.GetTargets() {
+			conns = append(conns, tg.GetConnId())
+		}
+	}
+	sort.Slice(conns, func(i, j int) bool { return conns[i] < conns[j] })
+	if fmt.Sprint(conns) != "[2 2 3 3]" {
+		t.Fatalf("pushed to connections %v, want members 32 and 33 twice each (never the sending device)", conns)
+	}
+	for uid, want := range map[int64]int64{31: 0, 32: 1, 33: 1} {
+		if s, _ := loadState(t, rdb, uid, cid); s.Unread != want || s.LastMsgID != 12 {
+			t.Fatalf("member %d: unread %d last %d, want unread %d (the no_unread message never counts)", uid, s.Unread, s.LastMsgID, want)
+		}
+	}
+
+	src.err = status.Error(codes.NotFound, "no group")
+	if err := f.Process(ctx, cid, groupJob(13, false)); err != nil {
+		t.Fatalf("a job of a group that is gone must be dropped, not retried: %v", err)
+	}
+	src.err = status.Error(codes.Unavailable, "logic down")
+	if err := f.Process(ctx, cid, groupJob(14, false)); err == nil {
+		t.Fatal("a member list that cannot be read must fail the batch")
+	}
+	if s, _ := loadState(t, rdb, 32, cid); s.LastMsgID != 12 {
+		t.Fatalf("a dropped or failed job changed the list: %+v", s)
 	}
 }

@@ -1,5 +1,6 @@
 // Package logicclient calls logic's Internal service. Logic owns every MySQL
-// write, so deliver records mailbox events (MISSED_MESSAGE) through it. Any
+// write and read, so deliver records mailbox events (MISSED_MESSAGE) and
+// reads group members through it. Any
 // logic instance will do; the client tries them in turn within one time
 // budget, so an unreachable logic never holds a partition.
 package logicclient
@@ -65,17 +66,43 @@ func New(addrs []string, secret string, timeout time.Duration) (*Pool, error) {
 // after logic committed makes the next try record the events twice; that
 // is harmless (a MISSED_MESSAGE event only tells the device to sync).
 func (p *Pool) AppendMailbox(ctx context.Context, events []*logicv1.MailboxEvent) (*logicv1.AppendMailboxReply, error) {
+	req := &logicv1.AppendMailboxRequest{Events: events}
+	reply, err := try(ctx, p, func(ctx context.Context, c logicv1.InternalClient) (*logicv1.AppendMailboxReply, error) {
+		return c.AppendMailbox(ctx, req)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("logicclient: append mailbox: %w", err)
+	}
+	return reply, nil
+}
+
+// GroupMembers reads one page of a group conversation's members through
+// the first logic that answers, like AppendMailbox.
+func (p *Pool) GroupMembers(ctx context.Context, conversationID, afterUserID int64, limit int) (*logicv1.GroupMembersReply, error) {
+	req := &logicv1.GroupMembersRequest{ConversationId: conversationID, AfterUserId: afterUserID, Limit: int32(limit)}
+	reply, err := try(ctx, p, func(ctx context.Context, c logicv1.InternalClient) (*logicv1.GroupMembersReply, error) {
+		return c.GroupMembers(ctx, req)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("logicclient: group members of %d: %w", conversationID, err)
+	}
+	return reply, nil
+}
+
+// try makes call on the pool's logics in turn, starting from a rotating
+// one, until one answers, all within the pool's timeout; each try gets
+// its share of what is left of the budget.
+func try[R any](ctx context.Context, p *Pool, call func(context.Context, logicv1.InternalClient) (R, error)) (R, error) {
 	deadline := time.Now().Add(p.timeout)
 	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
-	req := &logicv1.AppendMailboxRequest{Events: events}
 	start := int(p.next.Add(1))
 	var errs []error
 	for i := range p.clients {
 		k := (start + i) % len(p.clients)
 		share := time.Until(deadline) / time.Duration(len(p.clients)-i)
 		actx, acancel := context.WithTimeout(ctx, share)
-		reply, err := p.clients[k].AppendMailbox(actx, req)
+		reply, err := call(actx, p.clients[k])
 		acancel()
 		if err == nil {
 			return reply, nil
@@ -85,7 +112,8 @@ func (p *Pool) AppendMailbox(ctx context.Context, events []*logicv1.MailboxEvent
 			break
 		}
 	}
-	return nil, fmt.Errorf("logicclient: append mailbox: %w", errors.Join(errs...))
+	var zero R
+	return zero, errors.Join(errs...)
 }
 
 // Close closes every client connection.
