@@ -66,12 +66,19 @@ func (s *Service) ColdState(ctx context.Context, uid, cid int64) (st dialog.Stat
 		Type: c.Type, LastMsgID: base, LastMsgAt: c.LastMsgAt.UnixMilli(), LastRead: m.LastReadMsgID,
 		Muted: m.Muted, Pinned: m.Pinned, Base: base,
 	}
-	if c.Type == store.ConversationP2P {
+	switch c.Type {
+	case store.ConversationP2P:
 		p, err := s.store.P2PByConversation(ctx, cid)
 		if err != nil && !errors.Is(err, store.ErrNotFound) {
 			return dialog.State{}, false, fmt.Errorf("inbox: pair of %d: %w", cid, err)
 		}
 		st.PeerID = p.Peer(uid)
+	case store.ConversationGroup:
+		g, err := s.store.GroupByConversation(ctx, cid)
+		if err != nil && !errors.Is(err, store.ErrNotFound) {
+			return dialog.State{}, false, fmt.Errorf("inbox: group of %d: %w", cid, err)
+		}
+		st.GroupID = g.ID
 	}
 	if base == 0 {
 		return st, true, nil

@@ -14,6 +14,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sparkim/spark/logic/internal/conversation"
+	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
@@ -37,6 +39,7 @@ type env struct {
 	rdb   *redis.Client
 	gen   *msgid.Generator
 	send  *message.Service
+	group *group.Service
 	mb    *mailbox.Service
 	inbox *inbox.Service
 	n     int
@@ -52,8 +55,10 @@ func newEnv(t *testing.T, cfg message.Config) *env {
 		t.Fatal(err)
 	}
 	cfg.MsgIDWindow, cfg.EnqueueRetries, cfg.Partitions = 5*time.Minute, 2, partitions
+	groups := group.New(st, gen, group.Config{})
+	cfg.Conversations = conversation.NewResolver(st, gen.Next, nil, groups)
 	mb := mailbox.New(st, gen)
-	return &env{t: t, st: st, rdb: rdb, gen: gen, send: message.New(st, rdb, gen, cfg, nil, nil), mb: mb, inbox: inbox.New(st, rdb, mb, nil)}
+	return &env{t: t, st: st, rdb: rdb, gen: gen, send: message.New(st, rdb, gen, cfg, nil, nil), group: groups, mb: mb, inbox: inbox.New(st, rdb, mb, nil)}
 }
 
 func (e *env) users(n int) []int64 {
@@ -798,3 +803,71 @@ func sortedIDs(m map[int64]protocol.Conversation) []int64 {
 }
 
 var _ = sortedIDs
+
+// A group conversation: a member's list shows it with its group id and the
+// unread of the others' messages, from the cold path and incrementally
+// alike; members page its messages; a non-member can neither send nor
+// sync; a member removed stops seeing it in SYNC_MESSAGES.
+func TestGroupConversationInListAndSync(t *testing.T) {
+	e := newEnv(t, message.Config{})
+	ctx := context.Background()
+	u := e.users(4)
+	owner, a, b, stranger := u[0], u[1], u[2], u[3]
+	ch, err := e.group.Create(ctx, group.CreateRequest{OwnerID: owner, MemberIDs: []int64{a, b}, Name: "team"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gid, cid := ch.Group.GroupID, ch.Group.ConversationID
+	var ids []int64
+	for i, from := range []int64{owner, a, a} {
+		ack, err := e.send.Send(ctx, message.Sender{UserID: from, DeviceID: "dev"},
+			sendReq(body("group_id", id(gid), "client_msg_id", fmt.Sprint("g", i), "message_type", 1, "content", map[string]any{"t": 1, "text": fmt.Sprint("m", i)})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ack.ConversationID.Int64() != cid {
+			t.Fatalf("sent into conversation %d, the group's is %d", ack.ConversationID, cid)
+		}
+		ids = append(ids, ack.MsgID.Int64())
+	}
+	// b's list from MySQL (cold): three unread; a's: the owner's one.
+	for uid, want := range map[int64]int64{b: 3, a: 1, owner: 2} {
+		list, _ := e.syncAll(uid, "0", 100)
+		c, ok := list[cid]
+		if !ok || c.ConversationType != protocol.ConversationGroup || c.GroupID.Int64() != gid || c.Unread != want || c.LastMsgID.Int64() != ids[2] {
+			t.Fatalf("user %d: list entry %+v (present %v), want group %d unread %d", uid, c, ok, gid, want)
+		}
+	}
+	// One more, applied incrementally on top of the cold states.
+	ack, err := e.send.Send(ctx, message.Sender{UserID: owner, DeviceID: "dev"},
+		sendReq(body("conversation_id", id(cid), "client_msg_id", "g3", "message_type", 1, "content", map[string]any{"t": 1, "text": "m3"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.deliver(ack.MsgID.Int64())
+	if list, _ := e.syncAll(b, "0", 100); list[cid].Unread != 4 {
+		t.Fatalf("b's unread after an incremental message: %d, want 4", list[cid].Unread)
+	}
+	if r := e.messages(b, cid, 0, 50); len(r.Messages) != 4 || r.Messages[0].ConversationType != protocol.ConversationGroup {
+		t.Fatalf("b pages %d messages of the group", len(r.Messages))
+	}
+	// Strangers can neither send nor sync.
+	if _, err := e.send.Send(ctx, message.Sender{UserID: stranger, DeviceID: "dev"},
+		sendReq(body("group_id", id(gid), "client_msg_id", "s", "message_type", 1, "content", map[string]any{"t": 1, "text": "x"}))); code(err) != errcode.Forbidden {
+		t.Fatalf("a stranger's send: %v", err)
+	}
+	if _, _, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: stranger, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
+		t.Fatalf("a stranger's sync: %v", err)
+	}
+	// A removed member can no longer sync it or send to it.
+	if _, err := e.group.RemoveMembers(ctx, group.MembersChangeRequest{ActorID: owner, GroupID: gid, UserIDs: []int64{b}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: b, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
+		t.Fatalf("a removed member's sync: %v", err)
+	}
+	if _, err := e.send.Send(ctx, message.Sender{UserID: b, DeviceID: "dev"},
+		sendReq(body("group_id", id(gid), "client_msg_id", "late", "message_type", 1, "content", map[string]any{"t": 1, "text": "x"}))); code(err) != errcode.Forbidden {
+		t.Fatalf("a removed member's send: %v", err)
+	}
+}
