@@ -245,6 +245,9 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 	if err := f.applyLists(ctx, partition, tasks); err != nil {
 		return err
 	}
+	if err := f.memberWork(ctx, partition, tasks); err != nil {
+		return err
+	}
 	for i := range tasks {
 		if tasks[i].message && !tasks[i].skip {
 			if err := failpoint.Inject("deliver/job/afterList"); err != nil {

@@ -876,3 +876,77 @@ func TestGroupJobExpandsMembers(t *testing.T) {
 		t.Fatalf("a dropped or failed job changed the list: %+v", s)
 	}
 }
+
+// A group recall's SIGNAL job asks for member work: every member's list
+// entry is invalidated and every member gets the RECALL mailbox event
+// (every device) before the pushes, which reach every member's devices but
+// the recalling one. A mailbox that fails fails the batch, to be retried.
+func TestGroupRecallDoesMemberWork(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1 := gatetest.Start(t, rdb, "g1", secret)
+	for uid, conn := range map[int64]uint64{31: 1, 32: 2, 33: 3} {
+		if err := rdb.HSet(ctx, rediskey.Route(uid), "d", route.Entry{GateID: "g1", ConnID: conn, SinceMs: 1}.String()).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const cid = 41
+	for _, uid := range []int64{31, 32, 33} {
+		seedState(t, rdb, uid, cid, dialog.State{Type: 2, GroupID: 4, LastMsgID: 10, Base: 10})
+	}
+	lg := gatetest.StartLogic(t, secret)
+	lc, err := logicclient.New([]string{lg.Addr}, secret, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	pool := gateclient.New(rdb, secret, time.Minute)
+	t.Cleanup(func() { _ = pool.Close() })
+	f := New(rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f.SetMembers(&groupMembers{ids: []int64{31, 32, 33}})
+	recall := func() *queuev1.DeliverJob {
+		return &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: 9, MsgId: 10, ConversationId: cid, ConversationType: 2,
+			SenderId: 31, SenderDevice: "d", PushData: []byte(`{"msg_id":"10","conversation_id":"41"}`), MailboxEventType: 1}
+	}
+
+	lg.SetFail(true)
+	if err := f.Process(ctx, cid, recall()); err == nil {
+		t.Fatal("a recall whose events could not be recorded must fail the batch")
+	}
+	if n := len(g1.Pushes()); n != 0 {
+		t.Fatalf("%d pushes before the events were recorded", n)
+	}
+	lg.SetFail(false)
+	if err := f.Process(ctx, cid, recall()); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []int64{31, 32, 33} {
+		if _, ok := loadState(t, rdb, uid, cid); ok {
+			t.Fatalf("member %d's list entry survived the recall", uid)
+		}
+	}
+	calls := lg.Calls()
+	last := calls[len(calls)-1]
+	var got []string
+	for _, e := range last.GetEvents() {
+		if e.GetEventType() != 1 || e.GetDeviceId() != "" || e.GetConversationId() != cid || e.GetMsgId() != 10 || string(e.GetPayload()) != `{"msg_id":"10","conversation_id":"41"}` {
+			t.Fatalf("event %+v", e)
+		}
+		got = append(got, fmt.Sprint(e.GetUserId()))
+	}
+	if fmt.Sprint(got) != "[31 32 33]" {
+		t.Fatalf("RECALL events for %v, want every member", got)
+	}
+	var conns []uint64
+	for _, p := range g1.Pushes() {
+		if p.GetCommand() != 9 {
+			t.Fatalf("pushed command %d", p.GetCommand())
+		}
+		for _, tg := range p.GetTargets() {
+			conns = append(conns, tg.GetConnId())
+		}
+	}
+	if fmt.Sprint(conns) != "[2 3]" {
+		t.Fatalf("recall pushed to connections %v, want [2 3]", conns)
+	}
+}

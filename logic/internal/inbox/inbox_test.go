@@ -871,3 +871,61 @@ func TestGroupConversationInListAndSync(t *testing.T) {
 		t.Fatalf("a removed member's send: %v", err)
 	}
 }
+
+// A group recall writes no per-member rows in the request: the message is
+// marked recalled, and one SIGNAL job asks deliver for the members' list
+// invalidations and RECALL events. Recalling again queues it again (the
+// first may have been lost after the commit).
+func TestGroupRecallLeavesMemberWorkToDeliver(t *testing.T) {
+	e := newEnv(t, message.Config{})
+	ctx := context.Background()
+	u := e.users(3)
+	ch, err := e.group.Create(ctx, group.CreateRequest{OwnerID: u[0], MemberIDs: u[1:], Name: "team"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cid := ch.Group.ConversationID
+	ack, err := e.send.Send(ctx, message.Sender{UserID: u[1], DeviceID: "dev"},
+		sendReq(body("group_id", id(ch.Group.GroupID), "client_msg_id", "r", "message_type", 1, "content", map[string]any{"t": 1, "text": "oops"})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := func() int {
+		var n int
+		if err := e.st.DB().Get(&n, "SELECT COUNT(*) FROM t_mailbox_events WHERE conversation_id = ? AND event_type = ?", cid, protocol.EventRecall); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for round := 1; round <= 2; round++ {
+		if _, err := e.send.Recall(ctx, message.Sender{UserID: u[1], DeviceID: "dev"}, wire[protocol.MessageRef](body("msg_id", id(ack.MsgID.Int64())))); err != nil {
+			t.Fatal(err)
+		}
+		if n := events(); n != 0 {
+			t.Fatalf("round %d: %d RECALL events written in the request", round, n)
+		}
+		jobs := 0
+		msgs, err := e.rdb.XRange(ctx, rediskey.Deliver(rediskey.Partition(cid, partitions)), "-", "+").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range msgs {
+			j, err := queue.Decode(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if j.GetConversationId() == cid && j.GetKind() == queuev1.JobKind_JOB_KIND_SIGNAL && j.GetCommand() == uint32(protocol.CmdRecallMessage) {
+				if j.GetMailboxEventType() != protocol.EventRecall || j.GetConversationType() != protocol.ConversationGroup || len(j.GetRecipients()) != 0 || j.GetMsgId() != ack.MsgID.Int64() {
+					t.Fatalf("recall job %+v", j)
+				}
+				jobs++
+			}
+		}
+		if jobs != round {
+			t.Fatalf("round %d: %d recall jobs queued", round, jobs)
+		}
+	}
+	if r := e.messages(u[2], cid, 0, 10); len(r.Messages) != 1 || r.Messages[0].Status != protocol.StatusRecalled {
+		t.Fatalf("the recalled message in history: %+v", r.Messages)
+	}
+}

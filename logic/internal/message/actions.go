@@ -137,6 +137,17 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 	}
 	cid := r.Message.ConversationID
 	reply := &protocol.MessageRef{MsgID: jsonid.ID(r.Message.ID), ConversationID: jsonid.ID(cid)}
+	if r.Group {
+		// The members' events and list entries are deliver's work, in
+		// chunks: the job must be queued, or the recall is answered 50301
+		// and the client's retry queues it again (a repeat recall does).
+		if err := s.groupRecall(ctx, from, cid, r.Message.ID, reply); err != nil {
+			return nil, err
+		}
+		s.log.Debug("group message recalled", zap.Int64("user_id", from.UserID), zap.Int64("conversation_id", cid),
+			zap.Int64("msg_id", r.Message.ID), zap.Bool("again", r.Already))
+		return reply, nil
+	}
 	if err := s.invalidate(ctx, cid, r.Members...); err != nil {
 		return nil, err
 	}
@@ -148,6 +159,27 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 	s.log.Debug("message recalled", zap.Int64("user_id", from.UserID), zap.Int64("conversation_id", cid),
 		zap.Int64("msg_id", r.Message.ID), zap.Bool("again", r.Already))
 	return reply, nil
+}
+
+// groupRecall queues the SIGNAL job of a group recall: deliver expands the
+// members, invalidates their list entries, appends a RECALL mailbox event
+// for each (every device) and pushes command 9 to their devices but the
+// recalling one.
+func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64, reply *protocol.MessageRef) error {
+	push, err := json.Marshal(reply)
+	if err != nil {
+		return fmt.Errorf("message: recall push: %w", err)
+	}
+	err = s.enqueueJob(ctx, &queuev1.DeliverJob{
+		Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(protocol.CmdRecallMessage), MsgId: msgID, ConversationId: cid,
+		ConversationType: protocol.ConversationGroup, SenderId: from.UserID, SenderDevice: from.DeviceID,
+		PushData: push, CreatedAtMs: time.Now().UnixMilli(), MailboxEventType: protocol.EventRecall,
+	}, 0, nil)
+	if err != nil {
+		s.metrics.EnqueueFailures.Inc()
+		return busy("enqueue recall", err)
+	}
+	return nil
 }
 
 // Delete handles DELETE_MESSAGE (15): delete for me, on all my devices.

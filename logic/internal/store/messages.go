@@ -205,8 +205,12 @@ func (s *Store) CountUnreadAmong(ctx context.Context, conversationID, userID int
 // Recall is the outcome of RecallMessage.
 type Recall struct {
 	Message Message
-	// Members are the conversation's members (the participants to reach).
+	// Members are the conversation's members (the participants to reach);
+	// nil for a group, whose per-member work deliver does.
 	Members []int64
+	// Group is true for a group conversation: no mailbox events were
+	// written (deliver appends them, in chunks).
+	Group bool
 	// Already is true when the message was recalled before (nothing
 	// written this time).
 	Already bool
@@ -214,8 +218,10 @@ type Recall struct {
 
 // RecallMessage recalls msgID as userID: in one transaction it locks the
 // message, checks the sender (ErrNotSender) and the window (ErrRecallWindow;
-// window ≤ 0 means no limit), sets status recalled and appends one mailbox
-// event per member built by event. ids must give at least one id per member
+// window ≤ 0 means no limit), sets status recalled and, in a P2P
+// conversation, appends one mailbox event per member built by event. A
+// group's events are not written here: its members may be thousands, and
+// the caller has deliver append them. ids must give at least one id per member
 // (the event row ids). A message recalled before is reported with Already
 // and nothing is written.
 func (s *Store) RecallMessage(ctx context.Context, msgID, conversationID, userID int64, window time.Duration, now time.Time,
@@ -256,11 +262,16 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 	if m.SenderID != userID {
 		return Recall{}, ErrNotSender
 	}
-	var members []int64
-	if err := tx.SelectContext(ctx, &members, "SELECT user_id FROM t_conversation_members WHERE conversation_id = ? ORDER BY user_id", m.ConversationID); err != nil {
+	var ctype int
+	if err := tx.GetContext(ctx, &ctype, "SELECT type FROM t_conversations WHERE id = ?", m.ConversationID); err != nil {
 		return Recall{}, err
 	}
-	r := Recall{Message: m, Members: members}
+	r := Recall{Message: m, Group: ctype == ConversationGroup}
+	if !r.Group {
+		if err := tx.SelectContext(ctx, &r.Members, "SELECT user_id FROM t_conversation_members WHERE conversation_id = ? ORDER BY user_id", m.ConversationID); err != nil {
+			return Recall{}, err
+		}
+	}
 	if m.Status == MessageRecalled {
 		r.Already = true
 		return r, nil
@@ -271,6 +282,7 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET status = ? WHERE id = ?", MessageRecalled, m.ID); err != nil {
 		return Recall{}, err
 	}
+	members := r.Members
 	evIDs, err := ids(len(members))
 	if err != nil {
 		return Recall{}, err

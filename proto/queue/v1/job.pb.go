@@ -109,8 +109,15 @@ type DeliverJob struct {
 	// no_offline_push: devices that are offline get no offline notification
 	// for it (the PushNotifier is not called).
 	NoOfflinePush bool `protobuf:"varint,15,opt,name=no_offline_push,json=noOfflinePush,proto3" json:"no_offline_push,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// mailbox_event_type, on a SIGNAL job, asks deliver to do the job's
+	// per-member work before it acks: invalidate every recipient's list entry
+	// of the conversation and append this mailbox event (payload = push_data,
+	// every device) for every recipient, in bounded chunks. Logic uses it for
+	// a group recall, whose members are too many for the request's
+	// transaction.
+	MailboxEventType int32 `protobuf:"varint,16,opt,name=mailbox_event_type,json=mailboxEventType,proto3" json:"mailbox_event_type,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *DeliverJob) Reset() {
@@ -248,11 +255,18 @@ func (x *DeliverJob) GetNoOfflinePush() bool {
 	return false
 }
 
+func (x *DeliverJob) GetMailboxEventType() int32 {
+	if x != nil {
+		return x.MailboxEventType
+	}
+	return 0
+}
+
 var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12queue/v1/job.proto\x12\bqueue.v1\"\x92\x04\n" +
+	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xc0\x04\n" +
 	"\n" +
 	"DeliverJob\x12%\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x11.queue.v1.JobKindR\x04kind\x12\x15\n" +
@@ -272,7 +286,8 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\acommand\x18\f \x01(\rR\acommand\x12%\n" +
 	"\x0emember_version\x18\r \x01(\x03R\rmemberVersion\x12\x1b\n" +
 	"\tno_unread\x18\x0e \x01(\bR\bnoUnread\x12&\n" +
-	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush*N\n" +
+	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush\x12,\n" +
+	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType*N\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_KIND_MESSAGE\x10\x01\x12\x13\n" +
