@@ -65,6 +65,7 @@ const (
 	FieldLastRead  = "last_read"   // the member's last_read_msg_id
 	FieldMuted     = "muted"       // "1" when muted
 	FieldPinned    = "pinned"      // "1" when pinned
+	FieldHiddenAt  = "hidden_at"   // last_msg_id when hidden (0: not)
 	FieldPreview   = "preview"     // Preview as JSON
 	// FieldBase is the newest message id a cold rebuild counted; messages
 	// at or below it are never applied again.

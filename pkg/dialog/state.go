@@ -20,10 +20,17 @@ type State struct {
 	LastRead  int64
 	Muted     bool
 	Pinned    bool
+	// HiddenAt is the last_msg_id when the user hid the conversation (0:
+	// not hidden); see Hidden.
+	HiddenAt int64
 	Preview   *Preview
 	// Base is the newest message id the cold rebuild counted.
 	Base int64
 }
+
+// Hidden reports whether the user hid the conversation and no newer
+// message came since (a new message shows it again, whatever its unread).
+func (s State) Hidden() bool { return s.HiddenAt != 0 && s.LastMsgID <= s.HiddenAt }
 
 func b2s(b bool) string {
 	if b {
@@ -36,7 +43,7 @@ func (s State) fields() []any {
 	f := []any{
 		FieldType, s.Type, FieldPeer, s.PeerID, FieldGroup, s.GroupID,
 		FieldLastMsgID, s.LastMsgID, FieldLastMsgAt, s.LastMsgAt, FieldUnread, s.Unread,
-		FieldLastRead, s.LastRead, FieldMuted, b2s(s.Muted), FieldPinned, b2s(s.Pinned),
+		FieldLastRead, s.LastRead, FieldMuted, b2s(s.Muted), FieldPinned, b2s(s.Pinned), FieldHiddenAt, s.HiddenAt,
 		FieldBase, s.Base, FieldAppliedCount, 0,
 	}
 	if s.Preview != nil {
@@ -50,7 +57,7 @@ func (s State) fields() []any {
 // the recorded ids (FieldAppliedPrefix) are never read.
 var stateFields = []string{
 	FieldType, FieldPeer, FieldGroup, FieldLastMsgID, FieldLastMsgAt, FieldUnread,
-	FieldLastRead, FieldMuted, FieldPinned, FieldBase, FieldPreview,
+	FieldLastRead, FieldMuted, FieldPinned, FieldHiddenAt, FieldBase, FieldPreview,
 }
 
 // Load reads a user's state of a conversation; ok is false when absent.
@@ -76,7 +83,7 @@ func parse(m map[string]string) State {
 	s := State{
 		Type: int(i(FieldType)), PeerID: i(FieldPeer), GroupID: i(FieldGroup),
 		LastMsgID: i(FieldLastMsgID), LastMsgAt: i(FieldLastMsgAt), Unread: i(FieldUnread),
-		LastRead: i(FieldLastRead), Muted: m[FieldMuted] == "1", Pinned: m[FieldPinned] == "1",
+		LastRead: i(FieldLastRead), Muted: m[FieldMuted] == "1", Pinned: m[FieldPinned] == "1", HiddenAt: i(FieldHiddenAt),
 		Base: i(FieldBase),
 	}
 	if p := m[FieldPreview]; p != "" {

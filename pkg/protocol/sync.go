@@ -65,6 +65,9 @@ type Conversation struct {
 	Unread           int64     `json:"unread"`
 	Muted            bool      `json:"muted"`
 	Pinned           bool      `json:"pinned"`
+	// Hidden: the user hid the conversation and no newer message came
+	// since; clients leave it out of the list.
+	Hidden bool `json:"hidden"`
 	Preview          *Preview  `json:"preview,omitempty"`
 }
 
@@ -132,6 +135,9 @@ type SettingsRequest struct {
 	ConversationID jsonid.ID `json:"conversation_id"`
 	Muted          *bool     `json:"muted"`
 	Pinned         *bool     `json:"pinned"`
+	// Hidden removes the conversation from the list until its next
+	// message (false shows it again).
+	Hidden *bool `json:"hidden"`
 }
 
 // SettingsReply is the data of a CONVERSATION_SETTINGS answer and push:
@@ -140,6 +146,7 @@ type SettingsReply struct {
 	ConversationID jsonid.ID `json:"conversation_id"`
 	Muted          bool      `json:"muted"`
 	Pinned         bool      `json:"pinned"`
+	Hidden         bool      `json:"hidden"`
 }
 
 // KickPayload is the payload of a KICK mailbox event.

@@ -64,7 +64,7 @@ func (s *Service) ColdState(ctx context.Context, uid, cid int64) (st dialog.Stat
 	base := c.LastMsgID
 	st = dialog.State{
 		Type: c.Type, LastMsgID: base, LastMsgAt: c.LastMsgAt.UnixMilli(), LastRead: m.LastReadMsgID,
-		Muted: m.Muted, Pinned: m.Pinned, Base: base,
+		Muted: m.Muted, Pinned: m.Pinned, HiddenAt: m.HiddenAt, Base: base,
 	}
 	switch c.Type {
 	case store.ConversationP2P:

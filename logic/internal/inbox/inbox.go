@@ -186,7 +186,7 @@ func (s *Service) state(ctx context.Context, uid int64, ch dialog.Change) (dialo
 func conversation(cid int64, st dialog.State) protocol.Conversation {
 	c := protocol.Conversation{
 		ConversationID: jsonid.ID(cid), ConversationType: st.Type, LastMsgID: jsonid.ID(st.LastMsgID),
-		LastMsgAt: st.LastMsgAt, Unread: st.Unread, Muted: st.Muted, Pinned: st.Pinned,
+		LastMsgAt: st.LastMsgAt, Unread: st.Unread, Muted: st.Muted, Pinned: st.Pinned, Hidden: st.Hidden(),
 	}
 	if st.Type == protocol.ConversationGroup {
 		c.GroupID = jsonid.ID(st.GroupID)

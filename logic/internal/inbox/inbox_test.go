@@ -929,3 +929,54 @@ func TestGroupRecallLeavesMemberWorkToDeliver(t *testing.T) {
 		t.Fatalf("the recalled message in history: %+v", r.Messages)
 	}
 }
+
+// Hiding a conversation takes it out of the list (hidden: true) until its
+// next message, which brings it back with the unread of every message
+// since the read position; the flag lives in MySQL, so a Redis flush keeps
+// it.
+func TestHiddenConversation(t *testing.T) {
+	e := newEnv(t, message.Config{})
+	ctx := context.Background()
+	u := e.users(2)
+	me, peer := u[0], u[1]
+	cid, _ := e.msg(peer, me, "one")
+	e.msg(peer, me, "two")
+	settings := func(hidden bool) *protocol.SettingsReply {
+		t.Helper()
+		r, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.SettingsRequest](body("conversation_id", id(cid), "hidden", hidden)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	entry := func() protocol.Conversation {
+		t.Helper()
+		list, _ := e.syncAll(me, "0", 100)
+		return list[cid]
+	}
+	if r := settings(true); !r.Hidden {
+		t.Fatalf("answer %+v", r)
+	}
+	if c := entry(); !c.Hidden || c.Unread != 2 {
+		t.Fatalf("after hiding: %+v", c)
+	}
+	// Redis loses the lists: the cold path still knows.
+	if err := e.rdb.Del(ctx, dialog.StateKey(me, cid), dialog.ListKey(me), dialog.VersionKey(me), dialog.BuiltKey(me)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if c := entry(); !c.Hidden || c.Unread != 2 {
+		t.Fatalf("hidden after a Redis flush: %+v", c)
+	}
+	e.msg(peer, me, "three")
+	if c := entry(); c.Hidden || c.Unread != 3 {
+		t.Fatalf("after a new message: %+v, want shown with unread 3", c)
+	}
+	// Hidden again, then shown by the user.
+	settings(true)
+	if r := settings(false); r.Hidden {
+		t.Fatalf("unhide answer %+v", r)
+	}
+	if c := entry(); c.Hidden {
+		t.Fatalf("after unhiding: %+v", c)
+	}
+}

@@ -233,24 +233,24 @@ func (s *Service) Settings(ctx context.Context, from Sender, req protocol.Settin
 	if _, err := s.member(ctx, cid, from.UserID); err != nil {
 		return nil, err
 	}
-	m, err := s.store.UpdateSettings(ctx, cid, from.UserID, req.Muted, req.Pinned)
+	m, err := s.store.UpdateSettings(ctx, cid, from.UserID, req.Muted, req.Pinned, req.Hidden)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
 	if err != nil {
 		return nil, busy("settings", err)
 	}
-	reply := &protocol.SettingsReply{ConversationID: jsonid.ID(cid), Muted: m.Muted, Pinned: m.Pinned}
-	if req.Muted == nil && req.Pinned == nil {
+	conv, err := s.store.GetConversation(ctx, cid)
+	if err != nil {
+		return nil, busy("conversation", err)
+	}
+	reply := &protocol.SettingsReply{ConversationID: jsonid.ID(cid), Muted: m.Muted, Pinned: m.Pinned, Hidden: m.Hidden(conv.LastMsgID)}
+	if req.Muted == nil && req.Pinned == nil && req.Hidden == nil {
 		return reply, nil
 	}
 	if err := s.invalidate(ctx, cid, from.UserID); err != nil {
 		return nil, err
 	}
-	ctype, err := s.store.ConversationType(ctx, cid)
-	if err != nil {
-		ctype = 0
-	}
-	s.signal(ctx, from, protocol.CmdConversationSettings, cid, ctype, 0, []int64{from.UserID}, reply)
+	s.signal(ctx, from, protocol.CmdConversationSettings, cid, conv.Type, 0, []int64{from.UserID}, reply)
 	return reply, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -16,9 +17,16 @@ type Member struct {
 	LastReadMsgID  int64 `db:"last_read_msg_id"`
 	Muted          bool  `db:"muted"`
 	Pinned         bool  `db:"pinned"`
+	// HiddenAt is the conversation's last_msg_id when the member hid it (0:
+	// not hidden); it is hidden while no newer message exists.
+	HiddenAt int64 `db:"hidden_at_msg_id"`
 }
 
-const memberColumns = "conversation_id, user_id, role, last_read_msg_id, muted, pinned"
+// Hidden reports whether the conversation is hidden from the member's list
+// given its newest message id.
+func (m Member) Hidden(lastMsgID int64) bool { return m.HiddenAt != 0 && lastMsgID <= m.HiddenAt }
+
+const memberColumns = "conversation_id, user_id, role, last_read_msg_id, muted, pinned, hidden_at_msg_id"
 
 // Conversation is a t_conversations row.
 type Conversation struct {
@@ -88,22 +96,29 @@ func (s *Store) AdvanceRead(ctx context.Context, conversationID, userID, msgID i
 
 // UpdateSettings sets the member's flags that are non-nil and returns the
 // row after the update; ErrNotFound when the user is not a member.
-func (s *Store) UpdateSettings(ctx context.Context, conversationID, userID int64, muted, pinned *bool) (Member, error) {
-	if muted != nil || pinned != nil {
-		q := "UPDATE t_conversation_members SET "
+func (s *Store) UpdateSettings(ctx context.Context, conversationID, userID int64, muted, pinned, hidden *bool) (Member, error) {
+	if muted != nil || pinned != nil || hidden != nil {
+		var sets []string
 		var args []any
 		if muted != nil {
-			q += "muted = ?"
-			args = append(args, *muted)
+			sets, args = append(sets, "m.muted = ?"), append(args, *muted)
 		}
 		if pinned != nil {
-			if muted != nil {
-				q += ", "
-			}
-			q += "pinned = ?"
-			args = append(args, *pinned)
+			sets, args = append(sets, "m.pinned = ?"), append(args, *pinned)
 		}
-		q += " WHERE conversation_id = ? AND user_id = ?"
+		if hidden != nil {
+			// Hidden up to the newest message now; the next one shows it
+			// again. Read in the same statement, so no message slips in
+			// between.
+			if *hidden {
+				// 1 when there is no message yet: ids are far above it.
+				sets = append(sets, "m.hidden_at_msg_id = GREATEST(c.last_msg_id, 1)")
+			} else {
+				sets = append(sets, "m.hidden_at_msg_id = 0")
+			}
+		}
+		q := "UPDATE t_conversation_members m JOIN t_conversations c ON c.id = m.conversation_id SET " + strings.Join(sets, ", ") +
+			" WHERE m.conversation_id = ? AND m.user_id = ?"
 		if _, err := s.db.ExecContext(ctx, q, append(args, conversationID, userID)...); err != nil {
 			return Member{}, err
 		}
