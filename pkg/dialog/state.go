@@ -23,7 +23,7 @@ type State struct {
 	// HiddenAt is the last_msg_id when the user hid the conversation (0:
 	// not hidden); see Hidden.
 	HiddenAt int64
-	Preview   *Preview
+	Preview  *Preview
 	// Base is the newest message id the cold rebuild counted.
 	Base int64
 }

@@ -67,8 +67,8 @@ type Conversation struct {
 	Pinned           bool      `json:"pinned"`
 	// Hidden: the user hid the conversation and no newer message came
 	// since; clients leave it out of the list.
-	Hidden bool `json:"hidden"`
-	Preview          *Preview  `json:"preview,omitempty"`
+	Hidden  bool     `json:"hidden"`
+	Preview *Preview `json:"preview,omitempty"`
 }
 
 // MailboxEvent is one mailbox event of a SYNC_INBOX answer. Payload is the
