@@ -21,6 +21,7 @@ import (
 type Server struct {
 	srv *http.Server
 	ln  net.Listener
+	mux *http.ServeMux
 }
 
 // Listen binds addr (loopback by default in every config) and serves in the
@@ -49,7 +50,7 @@ func Listen(addr string, reg *prometheus.Registry, ready func() error) (*Server,
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln}
+	s := &Server{srv: &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln: ln, mux: mux}
 	go func() {
 		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			_ = err // the process keeps running without its admin port; readiness probes will notice
@@ -57,6 +58,12 @@ func Listen(addr string, reg *prometheus.Registry, ready func() error) (*Server,
 	}()
 	return s, nil
 }
+
+// Handle adds a process-specific endpoint (e.g. logic's /gates). The
+// admin port is up before the process's services exist (readiness is
+// served from the start), so endpoints that need them are added later;
+// the mux is safe for that while serving.
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // Addr returns the bound address.
 func (s *Server) Addr() string { return s.ln.Addr().String() }

@@ -13,6 +13,11 @@ func Route(userID int64) string { return Prefix + "route:{" + strconv.FormatInt(
 // Gate is the HASH (push_addr, started_at) of a live gate, with a TTL.
 func Gate(gateID string) string { return Prefix + "gate:{" + gateID + "}" }
 
+// Gates is the ZSET of gate ids (score: last refresh, Unix ms), so the
+// business API can list the live gates without scanning keys; an id is
+// live while its Gate key exists.
+func Gates() string { return Prefix + "gates" }
+
 // Deliver is the deliver STREAM of partition p.
 func Deliver(p int) string { return Prefix + "deliver:{" + strconv.Itoa(p) + "}" }
 

@@ -1,4 +1,12 @@
-// Package api is logic.v1.Api, the business API (API-key authenticated).
+// Package api is logic.v1.Api, the business API (API-key authenticated):
+// a thin adapter over the same typed domain services the client protocol
+// uses, the way etcd's v3rpc adapts gRPC onto EtcdServer. Each call checks
+// the shape of its arguments (INVALID_ARGUMENT naming the field), converts
+// the protobuf request into the service's typed request, calls the
+// service, converts the result back, and maps *errcode.Error codes onto
+// gRPC status codes (errors.go). No business rule lives here, so the two
+// doors cannot disagree. One file per concern: users, tokens, relations,
+// groups, messages, push, presence.
 package api
 
 import (
@@ -6,63 +14,74 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/sparkim/spark/logic/internal/group"
+	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/online"
+	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
-	"github.com/sparkim/spark/pkg/protocol"
-	"github.com/sparkim/spark/pkg/token"
+	"github.com/sparkim/spark/logic/internal/user"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
-// maxTokenTTL bounds a requested token lifetime.
-const maxTokenTTL = 366 * 24 * time.Hour
+// Notifier tells online devices about committed changes (control events)
+// and invalidates what they changed (a *notify.Service). The API calls it
+// after every change that Changed something; a failure is logged, never
+// returned: the change is committed and the mailbox lets devices catch up.
+type Notifier interface {
+	GroupChanged(ctx context.Context, ch group.Change) error
+	RelationChanged(ctx context.Context, ch relation.Change) error
+}
+
+// Services are the domain services the API adapts onto.
+type Services struct {
+	// Store makes sure a user row exists when a token is issued.
+	Store     *store.Store
+	Users     *user.Service
+	Relations *relation.Service
+	Groups    *group.Service
+	Messages  *message.Service
+	Inbox     *inbox.Service
+	Online    *online.Service
+}
+
+// Config is what the API needs from logic's configuration.
+type Config struct {
+	// JWTSecret signs issued tokens (logic.jwt_secret).
+	JWTSecret []byte
+	// TokenTTL is the default lifetime of issued tokens (logic.token_ttl).
+	TokenTTL time.Duration
+	// SystemUserID is the system account SendMessage sends as with
+	// system: true (logic.system_user_id).
+	SystemUserID int64
+}
 
 // Server implements logicv1.ApiServer.
 type Server struct {
 	logicv1.UnimplementedApiServer
 
-	store    *store.Store
-	secret   []byte
-	tokenTTL time.Duration
-	log      *zap.Logger
+	store     *store.Store
+	users     *user.Service
+	relations *relation.Service
+	groups    *group.Service
+	messages  *message.Service
+	inbox     *inbox.Service
+	online    *online.Service
+	notifier  Notifier
+	cfg       Config
+	log       *zap.Logger
 }
 
-// New returns the API server.
-func New(st *store.Store, secret []byte, tokenTTL time.Duration, log *zap.Logger) *Server {
+// New returns the API server. notifier may be nil (changes are then only
+// in the mailbox until devices sync).
+func New(svc Services, cfg Config, notifier Notifier, log *zap.Logger) *Server {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Server{store: st, secret: secret, tokenTTL: tokenTTL, log: log}
-}
-
-// IssueToken mints a client token and makes sure the user row exists.
-func (s *Server) IssueToken(ctx context.Context, req *logicv1.IssueTokenRequest) (*logicv1.IssueTokenReply, error) {
-	if req.UserId <= 0 {
-		return nil, status.Error(codes.InvalidArgument, "user_id must be positive")
+	return &Server{
+		store: svc.Store, users: svc.Users, relations: svc.Relations, groups: svc.Groups,
+		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online,
+		notifier: notifier, cfg: cfg, log: log,
 	}
-	if req.DeviceId != "" && !protocol.ValidDeviceID(req.DeviceId) {
-		return nil, status.Error(codes.InvalidArgument, "device_id must be 1-64 of [A-Za-z0-9._-]")
-	}
-	if req.TtlSeconds < 0 {
-		return nil, status.Error(codes.InvalidArgument, "ttl_seconds must not be negative")
-	}
-	ttl := s.tokenTTL
-	if req.TtlSeconds > 0 {
-		ttl = time.Duration(req.TtlSeconds) * time.Second
-	}
-	if ttl > maxTokenTTL {
-		return nil, status.Error(codes.InvalidArgument, "ttl_seconds is over a year")
-	}
-	now := time.Now()
-	if err := s.store.EnsureUser(ctx, req.UserId, now); err != nil {
-		s.log.Warn("issue token: user row", zap.Int64("user_id", req.UserId), zap.Error(err))
-		return nil, status.Error(codes.Unavailable, "database unavailable")
-	}
-	tok, exp, err := token.Mint(s.secret, req.UserId, req.DeviceId, ttl, now)
-	if err != nil {
-		return nil, status.Error(codes.Internal, "mint token")
-	}
-	s.log.Info("token issued", zap.Int64("user_id", req.UserId), zap.String("device_id", req.DeviceId), zap.Time("expires_at", exp))
-	return &logicv1.IssueTokenReply{Token: tok, ExpiresAtMs: exp.UnixMilli()}, nil
 }

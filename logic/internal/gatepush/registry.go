@@ -6,7 +6,10 @@ package gatepush
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -43,6 +46,7 @@ type Registry struct {
 
 type gate struct {
 	addr      string
+	clients   string // client addresses, comma-separated
 	startedAt int64
 	refs      int
 	stop      chan struct{}
@@ -58,11 +62,12 @@ func NewRegistry(rdb redis.UniversalClient, log *zap.Logger) *Registry {
 	return &Registry{rdb: rdb, log: log, Refresh: GateRefresh, gates: map[string]*gate{}}
 }
 
-// Attach records a stream from gateID (its Hello) and returns the function
-// that detaches it. The entry is written at once and refreshed every
+// Attach records a stream from gateID (its Hello: push address and the
+// addresses clients connect to) and returns the function that detaches it. The entry is written at once and refreshed every
 // Refresh while at least one stream from the gate is attached. resync (may
 // be nil) sends Resync on this stream; it must not block for long.
-func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string, resync func()) (detach func()) {
+func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string, clientAddrs []string, resync func()) (detach func()) {
+	clients := strings.Join(clientAddrs, ",")
 	r.mu.Lock()
 	g, ok := r.gates[gateID]
 	if !ok {
@@ -72,6 +77,7 @@ func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string, resync f
 	}
 	g.refs++
 	g.addr = pushAddr
+	g.clients = clients
 	r.nextID++
 	sid := r.nextID
 	if resync != nil {
@@ -79,7 +85,7 @@ func (r *Registry) Attach(ctx context.Context, gateID, pushAddr string, resync f
 	}
 	r.mu.Unlock()
 	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	_, err := r.renew(wctx, gateID, pushAddr, g.startedAt)
+	_, err := r.renew(wctx, gateID, pushAddr, clients, g.startedAt)
 	cancel()
 	if err != nil {
 		r.log.Warn("gate registry write failed", zap.String("gate_id", gateID), zap.Error(err))
@@ -113,10 +119,10 @@ func (r *Registry) refresh(gateID string, g *gate) {
 		case <-t.C:
 		}
 		r.mu.Lock()
-		addr := g.addr
+		addr, clients := g.addr, g.clients
 		r.mu.Unlock()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		existed, err := r.renew(ctx, gateID, addr, g.startedAt)
+		existed, err := r.renew(ctx, gateID, addr, clients, g.startedAt)
 		cancel()
 		if err != nil {
 			r.log.Warn("gate registry refresh failed", zap.String("gate_id", gateID), zap.Error(err))
@@ -147,19 +153,70 @@ func (r *Registry) resyncGate(gateID string, g *gate) {
 
 // renew refreshes the entry and reports whether it still existed (EXPIRE
 // answered 1) before this refresh rewrote it.
-func (r *Registry) renew(ctx context.Context, gateID, addr string, startedAt int64) (bool, error) {
+func (r *Registry) renew(ctx context.Context, gateID, addr, clients string, startedAt int64) (bool, error) {
 	key := rediskey.Gate(gateID)
 	var probe *redis.BoolCmd
 	_, err := r.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		probe = p.Expire(ctx, key, GateTTL)
-		p.HSet(ctx, key, "push_addr", addr, "started_at", strconv.FormatInt(startedAt, 10))
+		p.HSet(ctx, key, "push_addr", addr, "started_at", strconv.FormatInt(startedAt, 10), "client_addrs", clients)
 		p.Expire(ctx, key, GateTTL)
 		return nil
 	})
 	if err != nil {
 		return false, err
 	}
+	// The index of gate ids is another key (another Cluster slot), so it is
+	// written outside the transaction; List checks each id's key anyway.
+	if err := r.rdb.ZAdd(ctx, rediskey.Gates(), redis.Z{Score: float64(time.Now().UnixMilli()), Member: gateID}).Err(); err != nil {
+		return false, err
+	}
 	return probe.Val(), nil
+}
+
+// Gate is a live gate as the registry knows it.
+type Gate struct {
+	ID          string
+	PushAddr    string
+	ClientAddrs []string
+	StartedAtMs int64
+}
+
+// List returns the live gates (those whose im:gate:{id} key exists), by
+// id, as any logic instance registered them. Ids not refreshed within
+// GateTTL are dropped from the index on the way.
+func (r *Registry) List(ctx context.Context) ([]Gate, error) {
+	stale := strconv.FormatInt(time.Now().Add(-GateTTL).UnixMilli(), 10)
+	if err := r.rdb.ZRemRangeByScore(ctx, rediskey.Gates(), "-inf", "("+stale).Err(); err != nil {
+		return nil, fmt.Errorf("gatepush: trim gate index: %w", err)
+	}
+	ids, err := r.rdb.ZRange(ctx, rediskey.Gates(), 0, -1).Result()
+	if err != nil {
+		return nil, fmt.Errorf("gatepush: read gate index: %w", err)
+	}
+	slices.Sort(ids)
+	cmds := make([]*redis.MapStringStringCmd, len(ids))
+	if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.HGetAll(ctx, rediskey.Gate(id))
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("gatepush: read gates: %w", err)
+	}
+	out := make([]Gate, 0, len(ids))
+	for i, id := range ids {
+		h := cmds[i].Val()
+		if h["push_addr"] == "" {
+			continue // expired: the gate is gone
+		}
+		g := Gate{ID: id, PushAddr: h["push_addr"]}
+		g.StartedAtMs, _ = strconv.ParseInt(h["started_at"], 10, 64)
+		if c := h["client_addrs"]; c != "" {
+			g.ClientAddrs = strings.Split(c, ",")
+		}
+		out = append(out, g)
+	}
+	return out, nil
 }
 
 // PushAddr returns the Push address of a gate: from an attached stream's

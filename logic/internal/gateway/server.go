@@ -90,7 +90,7 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 			log.Warn("resync not sent: stream backlog full")
 		}
 	}
-	detach := s.reg.Attach(stream.Context(), gateID, hello.PushAddr, resync)
+	detach := s.reg.Attach(stream.Context(), gateID, hello.PushAddr, hello.ClientAddrs, resync)
 	defer detach()
 	log.Info("gate stream opened", zap.String("push_addr", hello.PushAddr))
 	defer log.Info("gate stream closed")

@@ -30,9 +30,12 @@ import (
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/logic/internal/notify"
+	"github.com/sparkim/spark/logic/internal/online"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/logic/internal/user"
 	"github.com/sparkim/spark/pkg/admin"
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/config"
@@ -171,7 +174,13 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	logicv1.RegisterGatewayServer(gs, gw)
-	logicv1.RegisterApiServer(gs, api.New(st, []byte(lc.JWTSecret), lc.TokenTTL, log))
+	onlineSvc := online.New(rdb, gates, clients, kickTimeout, log)
+	adm.Handle("/gates", api.GatesHandler(onlineSvc))
+	logicv1.RegisterApiServer(gs, api.New(api.Services{
+		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
+		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc,
+	}, api.Config{JWTSecret: []byte(lc.JWTSecret), TokenTTL: lc.TokenTTL, SystemUserID: lc.SystemUserID},
+		notify.New(rdb, cfg.Queue.Partitions), log))
 	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))
 	healthpb.RegisterHealthServer(gs, rd.health)
 	reflection.Register(gs)

@@ -1,0 +1,91 @@
+package api
+
+import (
+	"errors"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/sparkim/spark/pkg/errcode"
+)
+
+// grpcCodes maps the client protocol's error codes onto gRPC status
+// codes (docs/decisions.md). 40901 (a conflict with the current state: a
+// full or dissolved group, a client_msg_id reused with other content) is
+// FAILED_PRECONDITION: retrying the same call will not succeed until the
+// state changes, which is what that code says; ALREADY_EXISTS would claim
+// something was being created.
+var grpcCodes = map[errcode.Code]codes.Code{
+	errcode.InvalidArgument: codes.InvalidArgument,
+	errcode.BadToken:        codes.Unauthenticated,
+	errcode.NotAuthed:       codes.Unauthenticated,
+	errcode.Forbidden:       codes.PermissionDenied,
+	errcode.NotFound:        codes.NotFound,
+	errcode.Conflict:        codes.FailedPrecondition,
+	errcode.TooLarge:        codes.InvalidArgument,
+	errcode.RateLimited:     codes.ResourceExhausted,
+	errcode.Busy:            codes.Unavailable,
+	errcode.Internal:        codes.Internal,
+}
+
+// Code returns the gRPC code the API answers for a protocol error code
+// (INTERNAL for codes it does not know).
+func Code(c errcode.Code) codes.Code {
+	if g, ok := grpcCodes[c]; ok {
+		return g
+	}
+	return codes.Internal
+}
+
+// statusOf turns a domain error into a gRPC status error: an
+// *errcode.Error keeps its client-facing message under the mapped code;
+// anything else is INTERNAL with a generic message. Causes go to the log
+// only (never to the business caller), for INTERNAL and UNAVAILABLE.
+func (s *Server) statusOf(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *errcode.Error
+	if !errors.As(err, &e) {
+		s.log.Error("api call failed", zap.String("rpc", op), zap.Error(err))
+		return status.Error(codes.Internal, errcode.Internal.Message())
+	}
+	c := Code(e.Code)
+	if c == codes.Internal || c == codes.Unavailable {
+		s.log.Warn("api call failed", zap.String("rpc", op), zap.Error(err))
+	}
+	return status.Error(c, e.Msg)
+}
+
+// invalid is the INVALID_ARGUMENT of an argument-shape check, naming the
+// request field as the domain services name theirs.
+func invalid(field, why string) error {
+	return status.Error(codes.InvalidArgument, "invalid argument: "+field+": "+why)
+}
+
+// positive checks that an id field is set.
+func positive(field string, v int64) error {
+	if v <= 0 {
+		return invalid(field, "must be a positive id")
+	}
+	return nil
+}
+
+// operator checks an operator_id: a user id, or 0 for the system.
+func operator(v int64) error {
+	if v < 0 {
+		return invalid("operator_id", "must be a user id or 0 (the system)")
+	}
+	return nil
+}
+
+// first returns the first non-nil error.
+func first(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
