@@ -10,6 +10,8 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"math/big"
 	"os"
 	"testing"
@@ -19,9 +21,11 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/migrate"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/migrations"
+	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/testredis"
 )
 
@@ -105,4 +109,21 @@ func RandomUserID() int64 {
 func RedisDB(t testing.TB, db int) *redis.Client {
 	t.Helper()
 	return testredis.Open(t, db)
+}
+
+// Wire decodes a client request body into its typed request the way the
+// gateway adapter does: tests write bodies as JSON, the domain services
+// take the typed form. A body that does not decode is a mistake in the
+// test, so it panics.
+func Wire[T any](b []byte) T {
+	var v T
+	if err := json.Unmarshal(b, &v); err != nil {
+		panic(fmt.Sprintf("test body %s does not decode into %T: %v", b, v, err))
+	}
+	return v
+}
+
+// SendRequest is Wire for SEND_MESSAGE bodies.
+func SendRequest(b []byte) message.SendRequest {
+	return message.SendRequestOf(Wire[protocol.SendRequest](b))
 }
