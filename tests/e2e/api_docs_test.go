@@ -1,0 +1,123 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+	"github.com/sparkim/spark/tests/framework"
+)
+
+// grpcurlModule is the pinned grpcurl the README tells readers to install
+// and this test installs.
+const grpcurlModule = "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
+
+// The README's development address and key, which the docs test swaps for
+// the test cluster's.
+const (
+	docsLogicAddr = "127.0.0.1:9000"
+	docsAPIKey    = "dev-api-key"
+)
+
+// installGrpcurl installs the pinned grpcurl into a temporary GOBIN with
+// `go install` and returns its path. A failure fails the test: docs that
+// are not checked must not pass as checked.
+func installGrpcurl(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "install", grpcurlModule)
+	cmd.Dir = dir // outside the workspace: pkg@version ignores it anyway
+	cmd.Env = append(os.Environ(), "GOBIN="+dir, "GOFLAGS=", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go install %s: %v\n%s", grpcurlModule, err, out)
+	}
+	bin := filepath.Join(dir, "grpcurl")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("grpcurl not installed: %v", err)
+	}
+	return bin
+}
+
+// readmeGrpcurlBlocks returns the bodies of the README's ```sh grpcurl
+// blocks, in order.
+func readmeGrpcurlBlocks(t *testing.T) []string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []string
+	var cur []string
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case !in && strings.TrimSpace(line) == "```sh grpcurl":
+			in, cur = true, nil
+		case in && strings.TrimSpace(line) == "```":
+			in = false
+			blocks = append(blocks, strings.Join(cur, "\n"))
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	if in {
+		t.Fatal("README: unterminated ```sh grpcurl block")
+	}
+	return blocks
+}
+
+// The README's "Business API" examples run green: every ```sh grpcurl
+// block, with the development address and key replaced by a test
+// cluster's, in one bash session (later blocks use ids earlier ones
+// kept), each command exiting 0; and every RPC of logic.v1.Api appears.
+func TestReadmeGrpcurlExamples(t *testing.T) {
+	blocks := readmeGrpcurlBlocks(t)
+	if len(blocks) == 0 {
+		t.Fatal("README has no ```sh grpcurl blocks")
+	}
+	all := strings.Join(blocks, "\n") + "\n"
+	methods := logicv1.File_logic_v1_api_proto.Services().ByName("Api").Methods()
+	for i := 0; i < methods.Len(); i++ {
+		if name := "logic.v1.Api/" + string(methods.Get(i).Name()); !strings.Contains(all, name+"\n") && !strings.Contains(all, name+" ") {
+			t.Errorf("README has no grpcurl example of %s", name)
+		}
+	}
+	if !strings.Contains(all, docsLogicAddr) || !strings.Contains(all, docsAPIKey) {
+		t.Fatalf("README examples do not use %s and %s", docsLogicAddr, docsAPIKey)
+	}
+	grpcurl := installGrpcurl(t)
+	c := framework.NewCluster(t, framework.Options{Gates: 1})
+	// A device online, so presence, pushes and the revocation have
+	// someone to reach.
+	conn := c.Login(t, 0, 1001, "phone")
+
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\ntrap 'echo \"FAILED: $BASH_COMMAND\" >&2' ERR\n")
+	for i, b := range blocks {
+		b = strings.ReplaceAll(b, docsLogicAddr, c.Logics[0].GRPCAddr)
+		b = strings.ReplaceAll(b, docsAPIKey, framework.APIKey)
+		script.WriteString("echo '--- block " + string(rune('1'+i)) + "'\n" + b + "\n")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("README grpcurl examples failed: %v\n%s", err, out)
+	}
+	t.Logf("README examples:\n%s", out)
+	// The last block revoked user 1001's tokens: the live device was kicked.
+	if reason := kickReason(t, conn); reason != "revoked" {
+		t.Fatalf("kick reason %q after the README's RevokeTokens", reason)
+	}
+}
