@@ -10,30 +10,29 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 )
 
-// grpcCodes maps the client protocol's error codes onto gRPC status
-// codes (docs/decisions.md). 40901 (a conflict with the current state: a
-// full or dissolved group, a client_msg_id reused with other content) is
-// FAILED_PRECONDITION: retrying the same call will not succeed until the
-// state changes, which is what that code says; ALREADY_EXISTS would claim
-// something was being created.
-var grpcCodes = map[errcode.Code]codes.Code{
-	errcode.InvalidArgument: codes.InvalidArgument,
-	errcode.BadToken:        codes.Unauthenticated,
-	errcode.NotAuthed:       codes.Unauthenticated,
-	errcode.Forbidden:       codes.PermissionDenied,
-	errcode.NotFound:        codes.NotFound,
-	errcode.Conflict:        codes.FailedPrecondition,
-	errcode.TooLarge:        codes.InvalidArgument,
-	errcode.RateLimited:     codes.ResourceExhausted,
-	errcode.Busy:            codes.Unavailable,
-	errcode.Internal:        codes.Internal,
-}
-
 // Code returns the gRPC code the API answers for a protocol error code
-// (INTERNAL for codes it does not know).
+// (docs/decisions.md 45); INTERNAL for codes it does not know. 40901 (a
+// conflict with the current state: a full or dissolved group, a
+// client_msg_id reused with other content) is FAILED_PRECONDITION:
+// retrying the same call will not succeed until the state changes, which
+// is what that code says; ALREADY_EXISTS would claim something was being
+// created.
 func Code(c errcode.Code) codes.Code {
-	if g, ok := grpcCodes[c]; ok {
-		return g
+	switch c {
+	case errcode.InvalidArgument, errcode.TooLarge:
+		return codes.InvalidArgument
+	case errcode.BadToken, errcode.NotAuthed:
+		return codes.Unauthenticated
+	case errcode.Forbidden:
+		return codes.PermissionDenied
+	case errcode.NotFound:
+		return codes.NotFound
+	case errcode.Conflict:
+		return codes.FailedPrecondition
+	case errcode.RateLimited:
+		return codes.ResourceExhausted
+	case errcode.Busy:
+		return codes.Unavailable
 	}
 	return codes.Internal
 }
