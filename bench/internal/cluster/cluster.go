@@ -83,23 +83,29 @@ type Gate struct {
 
 // Cluster is the running system.
 type Cluster struct {
-	Opts       Options
-	DBName     string
-	DSN        string // of DBName
-	RedisAddr  string
-	redisProc  *exec.Cmd
-	JWTSecret  string
-	LogicAddr  string
-	Logic      *Proc
-	Deliver    *Proc
-	Gates      []*Gate
-	MySQLPID   int // 0 when not visible (remote server)
-	RedisPID   int
-	db         *sql.DB
-	rdb        *redis.Client
-	configPath string
-	log        *slog.Logger
-	scratchDBs []string
+	Opts      Options
+	DBName    string
+	DSN       string // of DBName
+	RedisAddr string
+	redisProc *exec.Cmd
+	JWTSecret string
+	// APIKey is the business API key logic accepts in "x-api-key" (the
+	// group scenario creates users and groups through logic.v1.Api).
+	APIKey    string
+	LogicAddr string
+	// LogicAdmin and DeliverAdmin are the admin HTTP addresses (pprof).
+	LogicAdmin   string
+	DeliverAdmin string
+	Logic        *Proc
+	Deliver      *Proc
+	Gates        []*Gate
+	MySQLPID     int // 0 when not visible (remote server)
+	RedisPID     int
+	db           *sql.DB
+	rdb          *redis.Client
+	configPath   string
+	log          *slog.Logger
+	scratchDBs   []string
 }
 
 func randHex(n int) string {
@@ -111,7 +117,7 @@ func randHex(n int) string {
 // Start creates the database, starts a private Redis, migrates
 // and starts logic, deliver and the gates.
 func Start(ctx context.Context, o Options, log *slog.Logger) (*Cluster, error) {
-	c := &Cluster{Opts: o, log: log, JWTSecret: "bench-jwt-" + randHex(8)}
+	c := &Cluster{Opts: o, log: log, JWTSecret: "bench-jwt-" + randHex(8), APIKey: "bench-" + randHex(8)}
 	for _, b := range []string{"gate", "logic", "deliver", "migrate"} {
 		if _, err := os.Stat(filepath.Join(o.Root, "bin", b)); err != nil {
 			return nil, fmt.Errorf("cluster: bin/%s missing (run make build): %w", b, err)
@@ -137,8 +143,8 @@ cluster: {secret: %s}
 queue: {partitions: %d}
 logic:
   jwt_secret: %s
-  api_keys: [bench-%s]
-`, "bench-cluster-"+randHex(8), queuePartitions, c.JWTSecret, randHex(4))
+  api_keys: [%s]
+`, "bench-cluster-"+randHex(8), queuePartitions, c.JWTSecret, c.APIKey)
 	c.configPath = filepath.Join(o.Dir, "im.yaml")
 	if err := os.WriteFile(c.configPath, []byte(cfg), 0o600); err != nil {
 		c.Close()
@@ -152,13 +158,13 @@ logic:
 	common := append([]string{
 		"IM_LOGIC_MYSQL_DSN=" + c.DSN, "IM_LOGIC_REDIS_ADDR=" + c.RedisAddr, "IM_DELIVER_REDIS_ADDR=" + c.RedisAddr,
 	}, o.ExtraEnv...)
-	c.LogicAddr = port()
+	c.LogicAddr, c.LogicAdmin, c.DeliverAdmin = port(), port(), port()
 	c.Logic = &Proc{Name: "logic", Bin: filepath.Join(o.Root, "bin/logic"), Args: []string{"-config", c.configPath},
 		LogPath: filepath.Join(o.Dir, "logic.log"),
-		Env:     append([]string{"IM_LOGIC_GRPC_ADDR=" + c.LogicAddr, "IM_LOGIC_ADMIN_ADDR=" + port(), "IM_LOGIC_MACHINE_ID=" + strconv.Itoa(500+int(randByte())%400)}, common...)}
+		Env:     append([]string{"IM_LOGIC_GRPC_ADDR=" + c.LogicAddr, "IM_LOGIC_ADMIN_ADDR=" + c.LogicAdmin, "IM_LOGIC_MACHINE_ID=" + strconv.Itoa(500+int(randByte())%400)}, common...)}
 	c.Deliver = &Proc{Name: "deliver", Bin: filepath.Join(o.Root, "bin/deliver"), Args: []string{"-config", c.configPath},
 		LogPath: filepath.Join(o.Dir, "deliver.log"),
-		Env:     append([]string{"IM_DELIVER_ID=bench-deliver-1", "IM_DELIVER_ADMIN_ADDR=" + port(), "IM_DELIVER_LOGIC_ADDRS=" + c.LogicAddr}, common...)}
+		Env:     append([]string{"IM_DELIVER_ID=bench-deliver-1", "IM_DELIVER_ADMIN_ADDR=" + c.DeliverAdmin, "IM_DELIVER_LOGIC_ADDRS=" + c.LogicAddr}, common...)}
 	for i := 0; i < o.Gates; i++ {
 		g := &Gate{ID: fmt.Sprintf("bench-gate-%d", i+1), TCPAddr: port(), PushAddr: port(), AdminAddr: port()}
 		g.Proc = &Proc{Name: g.ID, Bin: filepath.Join(o.Root, "bin/gate"), Args: []string{"-config", c.configPath},
