@@ -92,7 +92,7 @@ func Summary(w io.Writer, r *Run) {
 		}
 		fmt.Fprintf(w, "| %s | correctness | %s | | |\n", res.Scenario, verdict)
 		for _, f := range res.Figures {
-			if f.Target == "" && !headline(f.Name) {
+			if f.Target == "" && !f.Headline && !headline(f.Name) {
 				continue
 			}
 			fmt.Fprintf(w, "| %s | %s | %s %s | %s | %s |\n", res.Scenario, f.Name, fmtValue(f.Value), f.Unit, f.Target, status(f))

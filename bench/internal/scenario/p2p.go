@@ -150,6 +150,9 @@ func (s P2P) Run(ctx context.Context, e *Env) (*Result, error) {
 	}
 	storage := cpu["mysql"] + cpu["redis"]
 	ackS, e2eS := t.ack.Total().Summarize(), t.e2e.Total().Summarize()
+	if s.Steady || e.P2PAck == nil {
+		e.P2PAck, e.P2PAckFrom = &ackS, name
+	}
 	achieved := float64(t.acked.Load()) / window.Seconds()
 	delivered := float64(deliveredInWindow) / window.Seconds()
 	if s.Steady {

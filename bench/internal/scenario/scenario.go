@@ -31,9 +31,10 @@ type Scenario interface {
 
 // List returns the scenarios of a run in order; ceiling runs before p2p so
 // p2p can be shown as a fraction of it, and p2p-steady after p2p, at a
-// fraction of the rate p2p achieved. A new scenario is one more entry.
+// fraction of the rate p2p achieved; group after both, beside whose
+// SEND_ACK it reports its own. A new scenario is one more entry.
 func List() []Scenario {
-	return []Scenario{Conn{}, Ceiling{}, P2P{}, P2P{Label: "p2p-steady", Steady: true}, Stall{}, Sync{}, Reconnect{}}
+	return []Scenario{Conn{}, Ceiling{}, P2P{}, P2P{Label: "p2p-steady", Steady: true}, Group{}, Stall{}, Sync{}, Reconnect{}}
 }
 
 // Profile sizes every scenario.
@@ -64,6 +65,10 @@ type Profile struct {
 	SyncConvs    int `json:"sync_conversations"`
 	// ceiling
 	CeilingDuration time.Duration `json:"ceiling_duration"`
+	// group: one group per size; GroupSenders members send, each with a
+	// second device online that must get their messages too.
+	GroupSizes   []GroupSize `json:"group_sizes"`
+	GroupSenders int         `json:"group_senders"`
 }
 
 // Profiles are the named sizes: short for `make bench`, long for the
@@ -72,15 +77,20 @@ func Profiles() map[string]Profile {
 	return map[string]Profile{
 		"tiny": {Name: "tiny", ConnN: 600, ConnPerWorker: 300, HBInterval: time.Second, HBDuration: 3 * time.Second, ConnectWorkers: 64,
 			P2PUsers: 40, P2PRate: 300, P2PDuration: 5 * time.Second, P2PWindow: 16, Grace: 10 * time.Second, P2PSteadyDuration: 4 * time.Second, P2PSteadyFraction: 0.6,
-			ReconnectN: 200, StallConns: 200, StallDuration: 9 * time.Second, SyncMessages: 200, SyncConvs: 5, CeilingDuration: 3 * time.Second},
+			ReconnectN: 200, StallConns: 200, StallDuration: 9 * time.Second, SyncMessages: 200, SyncConvs: 5, CeilingDuration: 3 * time.Second,
+			GroupSizes: []GroupSize{{Members: 20, Messages: 10, Interval: 100 * time.Millisecond}, {Members: 200, Messages: 10, Interval: 200 * time.Millisecond}}, GroupSenders: 2},
 		"short": {Name: "short", ConnN: 10000, ConnPerWorker: 5000, HBInterval: 5 * time.Second, HBDuration: 10 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 200, P2PRate: 3000, P2PDuration: 60 * time.Second, P2PWindow: 2, Grace: 15 * time.Second,
 			P2PSteadyDuration: 20 * time.Second, P2PSteadyFraction: 0.6,
-			ReconnectN: 2000, StallConns: 1000, StallDuration: 20 * time.Second, SyncMessages: 2000, SyncConvs: 20, CeilingDuration: 15 * time.Second},
+			ReconnectN: 2000, StallConns: 1000, StallDuration: 20 * time.Second, SyncMessages: 2000, SyncConvs: 20, CeilingDuration: 15 * time.Second,
+			GroupSizes: []GroupSize{{Members: 100, Messages: 100, Interval: 100 * time.Millisecond}, {Members: 1000, Messages: 50, Interval: 200 * time.Millisecond},
+				{Members: 10000, Messages: 10, Interval: 3 * time.Second}}, GroupSenders: 4},
 		"long": {Name: "long", ConnN: 50000, ConnPerWorker: 15000, HBInterval: 10 * time.Second, HBDuration: 30 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 1000, P2PRate: 5000, P2PDuration: 5 * time.Minute, P2PWindow: 2, Grace: 30 * time.Second,
 			P2PSteadyDuration: time.Minute, P2PSteadyFraction: 0.6,
-			ReconnectN: 10000, StallConns: 2000, StallDuration: 30 * time.Second, SyncMessages: 10000, SyncConvs: 50, CeilingDuration: 30 * time.Second},
+			ReconnectN: 10000, StallConns: 2000, StallDuration: 30 * time.Second, SyncMessages: 10000, SyncConvs: 50, CeilingDuration: 30 * time.Second,
+			GroupSizes: []GroupSize{{Members: 100, Messages: 300, Interval: 50 * time.Millisecond}, {Members: 1000, Messages: 200, Interval: 100 * time.Millisecond},
+				{Members: 10000, Messages: 60, Interval: 3 * time.Second}}, GroupSenders: 4},
 	}
 }
 
@@ -97,7 +107,12 @@ type Env struct {
 	Ceiling float64
 	// P2PAchieved is filled by the saturating p2p run: acked msg/s.
 	P2PAchieved float64
-	nextUser    atomic.Int64
+	// P2PAck is the SEND_ACK latency of the p2p run the group scenario
+	// compares with: p2p-steady's (not overloaded) when it ran, else
+	// p2p's; P2PAckFrom names it.
+	P2PAck     *hist.Summary
+	P2PAckFrom string
+	nextUser   atomic.Int64
 }
 
 // NewEnv prepares the shared state; user ids start at a random base so a
@@ -231,6 +246,8 @@ type Figure struct {
 	Target string  `json:"target,omitempty"`
 	// Met is nil when the figure has no target.
 	Met *bool `json:"met,omitempty"`
+	// Headline puts a figure without a target in the summary table.
+	Headline bool `json:"headline,omitempty"`
 }
 
 // Plot is a PNG written by a scenario.
@@ -253,6 +270,11 @@ type Result struct {
 
 func (r *Result) add(name string, v float64, unit string) {
 	r.Figures = append(r.Figures, Figure{Name: name, Value: v, Unit: unit})
+}
+
+// headline adds a figure without a target that the summary shows.
+func (r *Result) headline(name string, v float64, unit string) {
+	r.Figures = append(r.Figures, Figure{Name: name, Value: v, Unit: unit, Headline: true})
 }
 
 // atMost adds a figure whose target is v ≤ limit.
