@@ -31,10 +31,21 @@ const (
 	// Broadcast, `{"payload"}` with the business's JSON object; never
 	// stored, online devices only.
 	CmdTransient uint16 = 18
+	// CmdRelation (ours, request): friends and blocks for the signed-in
+	// user, `{"op", …}` (RelationRequest; the Relation* ops). One command
+	// per domain with an op field keeps the command space small and lets a
+	// domain grow ops without new numbers (docs/decisions.md 52). The
+	// changes answer `{"changed"}`, the lists a page.
+	CmdRelation uint16 = 19
+	// CmdGroup (ours, request): groups with the signed-in user as the
+	// actor, `{"op", …}` (GroupRequest; the Group* ops). The changes answer
+	// `{"group","changed","added","removed"}`, info `{"group"}`, members a
+	// page.
+	CmdGroup uint16 = 20
 )
 
 // MaxKnownCommand is the highest command number the server understands.
-const MaxKnownCommand = CmdTransient
+const MaxKnownCommand = CmdGroup
 
 // Conversation types.
 const (
