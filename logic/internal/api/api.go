@@ -10,7 +10,6 @@
 package api
 
 import (
-	"context"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,6 +17,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/notify"
 	"github.com/sparkim/spark/logic/internal/online"
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
@@ -27,12 +27,11 @@ import (
 
 // Notifier tells online devices about committed changes (control events)
 // and invalidates what they changed (a *notify.Service). The API calls it
-// after every change that Changed something; a failure is logged, never
-// returned: the change is committed and the mailbox lets devices catch up.
-type Notifier interface {
-	GroupChanged(ctx context.Context, ch group.Change) error
-	RelationChanged(ctx context.Context, ch relation.Change) error
-}
+// after every change that Changed something, through notify's
+// AfterGroupChange / AfterRelationChange like the client protocol does; a
+// failure is logged, never returned: the change is committed and the
+// mailbox lets devices catch up.
+type Notifier = notify.Notifier
 
 // Services are the domain services the API adapts onto.
 type Services struct {

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/group"
+	"github.com/sparkim/spark/logic/internal/notify"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -17,12 +18,7 @@ func (s *Server) groupChanged(ctx context.Context, op string, ch group.Change, e
 	if err != nil {
 		return nil, s.statusOf(op, err)
 	}
-	if ch.Changed && s.notifier != nil {
-		if nerr := s.notifier.GroupChanged(ctx, ch); nerr != nil {
-			s.log.Warn("group change notification failed", zap.String("rpc", op),
-				zap.Int64("group_id", ch.Group.GroupID), zap.Error(nerr))
-		}
-	}
+	notify.AfterGroupChange(ctx, s.notifier, s.log, ch, zap.String("rpc", op))
 	return &logicv1.GroupReply{Group: groupOf(ch.Group), Changed: ch.Changed, Added: ch.Added, Removed: ch.Removed}, nil
 }
 

@@ -5,6 +5,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/sparkim/spark/logic/internal/notify"
 	"github.com/sparkim/spark/logic/internal/relation"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -27,11 +28,7 @@ func (s *Server) relationChanged(ctx context.Context, op string, ch relation.Cha
 	if err != nil {
 		return nil, s.statusOf(op, err)
 	}
-	if ch.Changed && s.notifier != nil {
-		if nerr := s.notifier.RelationChanged(ctx, ch); nerr != nil {
-			s.log.Warn("relation change notification failed", zap.String("rpc", op), zap.Error(nerr))
-		}
-	}
+	notify.AfterRelationChange(ctx, s.notifier, s.log, ch, zap.String("rpc", op))
 	return &logicv1.ChangeReply{Changed: ch.Changed}, nil
 }
 

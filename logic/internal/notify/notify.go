@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/relation"
@@ -45,11 +46,42 @@ func New(rdb redis.Cmdable, partitions int) *Service {
 }
 
 // ControlEvent is the data of a CONTROL_EVENT push: a mailbox event
-// without its seq (the mailbox has it when sync must replay it).
-type ControlEvent struct {
-	EventType      int             `json:"event_type"`
-	ConversationID jsonid.ID       `json:"conversation_id"`
-	Payload        json.RawMessage `json:"payload"`
+// without its seq (the mailbox has it when sync must replay it). It is the
+// protocol's type, so clients decode what this package writes.
+type ControlEvent = protocol.ControlEvent
+
+// Notifier is what the front doors (the client protocol's gateway handler
+// and the business API) call after a change: a *Service, or a fake in
+// tests.
+type Notifier interface {
+	GroupChanged(ctx context.Context, ch group.Change) error
+	RelationChanged(ctx context.Context, ch relation.Change) error
+}
+
+// AfterGroupChange tells n about a committed group change when it Changed
+// something, and logs a failure with fields instead of returning it
+// (decision 51): the change is committed, and the affected users' mailbox
+// events let their devices catch up by sync, so the caller answers
+// success either way. Both front doors call it, so they notify alike. n
+// may be nil (changes then reach devices by sync only).
+func AfterGroupChange(ctx context.Context, n Notifier, log *zap.Logger, ch group.Change, fields ...zap.Field) {
+	if !ch.Changed || n == nil {
+		return
+	}
+	if err := n.GroupChanged(ctx, ch); err != nil && log != nil {
+		log.Warn("group change notification failed",
+			append(fields, zap.Int64("group_id", ch.Group.GroupID), zap.Error(err))...)
+	}
+}
+
+// AfterRelationChange is AfterGroupChange for a friend or block change.
+func AfterRelationChange(ctx context.Context, n Notifier, log *zap.Logger, ch relation.Change, fields ...zap.Field) {
+	if !ch.Changed || n == nil {
+		return
+	}
+	if err := n.RelationChanged(ctx, ch); err != nil && log != nil {
+		log.Warn("relation change notification failed", append(fields, zap.Error(err))...)
+	}
 }
 
 // GroupChanged refreshes the lists of the users who joined or left (the
