@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"testing"
 	"time"
 
@@ -11,9 +12,11 @@ import (
 	"github.com/sparkim/spark/logic/internal/auth"
 	"github.com/sparkim/spark/logic/internal/gatepush"
 	"github.com/sparkim/spark/logic/internal/gateway"
+	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/envelope"
@@ -31,6 +34,38 @@ type env struct {
 	rdb     *redis.Client
 	reg     *gatepush.Registry
 	handler *gateway.Handler
+	// notes records what the handler told its notifier.
+	notes *recorder
+}
+
+// recorder is a notify.Notifier that records the changes it was told
+// about, so tests see that RELATION and GROUP notify exactly after the
+// changes that Changed something.
+type recorder struct {
+	mu        sync.Mutex
+	groups    []group.Change
+	relations []relation.Change
+}
+
+func (r *recorder) GroupChanged(_ context.Context, ch group.Change) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.groups = append(r.groups, ch)
+	return nil
+}
+
+func (r *recorder) RelationChanged(_ context.Context, ch relation.Change) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.relations = append(r.relations, ch)
+	return nil
+}
+
+// counts returns how many group and relation changes were notified.
+func (r *recorder) counts() (int, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.groups), len(r.relations)
 }
 
 func newEnv(t *testing.T, machine int) *env {
@@ -50,7 +85,15 @@ func newEnv(t *testing.T, machine int) *env {
 	a.RecordKicks(mb)
 	send := message.New(st, rdb, gen, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 2, Partitions: 16}, nil, nil)
 	in := inbox.New(st, rdb, mb, nil)
-	return &env{st: st, rdb: rdb, reg: reg, handler: &gateway.Handler{Auth: a, Send: send, Inbox: in, IDs: gen}}
+	rel, err := relation.New(st, gen, relation.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	notes := &recorder{}
+	return &env{st: st, rdb: rdb, reg: reg, notes: notes, handler: &gateway.Handler{
+		Auth: a, Send: send, Inbox: in, IDs: gen,
+		Relations: rel, Groups: group.New(st, gen, group.Config{}), Notifier: notes,
+	}}
 }
 
 func mint(t *testing.T, key []byte, uid int64, did string, ttl time.Duration, now time.Time) string {

@@ -13,10 +13,13 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/logic/internal/notify"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
+	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
@@ -35,7 +38,16 @@ type Handler struct {
 	Send *message.Service
 	// Inbox answers SYNC_INBOX and SYNC_MESSAGES.
 	Inbox *inbox.Service
-	IDs   message.IDs
+	// Relations answers RELATION (19) and Groups GROUP (20): the same
+	// services the business API adapts onto (nil answers those commands
+	// 50001).
+	Relations *relation.Service
+	Groups    *group.Service
+	// Notifier is told about every RELATION and GROUP change that Changed
+	// something (notify.After*, as the business API does); nil leaves the
+	// changes to sync.
+	Notifier notify.Notifier
+	IDs      message.IDs
 	// SendLimit limits SEND_MESSAGE per (user, device) at this front door;
 	// nil allows everything.
 	SendLimit *ratelimit.Limiter
@@ -193,6 +205,10 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		if err == nil {
 			data, err = json.Marshal(reply)
 		}
+	case cmd == uint32(protocol.CmdRelation):
+		data, err = h.relation(ctx, sess.UserId, req.Body)
+	case cmd == uint32(protocol.CmdGroup):
+		data, err = h.group(ctx, sess.UserId, req.Body)
 	case cmd >= uint32(protocol.CmdSendAck) && cmd <= uint32(protocol.MaxKnownCommand):
 		err = errcode.New(errcode.InvalidArgument, "not a request command")
 	default:

@@ -160,8 +160,12 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}, log, m)
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, log)
+	// One notifier for both front doors: a change pushes its control
+	// events the same way whichever door made it.
+	notifier := notify.New(rdb, cfg.Queue.Partitions)
 	gw := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: gen,
+		Relations: relSvc, Groups: groupSvc, Notifier: notifier,
 		SendLimit: ratelimit.New(lc.SendRate, lc.SendBurst), Log: log, Metrics: m,
 	}, gates, log)
 
@@ -180,7 +184,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
 		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc,
 	}, api.Config{JWTSecret: []byte(lc.JWTSecret), TokenTTL: lc.TokenTTL, SystemUserID: lc.SystemUserID},
-		notify.New(rdb, cfg.Queue.Partitions), log))
+		notifier, log))
 	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))
 	healthpb.RegisterHealthServer(gs, rd.health)
 	reflection.Register(gs)
