@@ -3,7 +3,10 @@
 // SYNC_MESSAGES per changed conversation, from cursors kept in a state
 // file per user and device), prints the conversations with news and the
 // missed messages, then prints incoming messages and reads commands from
-// stdin: "<to_user_id> <text>" sends a text, /help lists the rest.
+// stdin: "<to_user_id> <text>" sends a text, "g<group_id> <text>" sends
+// to a group, /help lists the rest (friends, blocks and groups over the
+// RELATION and GROUP commands). CONTROL_EVENT pushes (friend and
+// membership changes) print as one readable line each.
 //
 //	imcli -config deploy/dev/im.yaml -user 1001 [-device cli-1001] [-gate 127.0.0.1:8100]
 //	imcli -config deploy/dev/im.yaml -user 1001 -send-to 1002 -text hi
@@ -12,6 +15,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -35,6 +39,7 @@ import (
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -49,11 +54,21 @@ type flags struct {
 
 const helpText = `commands:
   <to_user_id> <text>     send a text message
+  g<group_id> <text>      send a text message to a group
   /list                   conversations: unread, muted/pinned, last message
   /history <conv> [n]     the newest n messages of a conversation (default 20)
   /read <conv>            mark a conversation read up to its newest message
   /recall <msg>           recall one of your messages (within the recall window)
   /sync                   catch up now (also runs after login and every reconnect)
+  /friends                your friends and the friend requests waiting for you
+  /friend-request <uid> [note]  ask a user to be friends
+  /accept <uid>           accept a user's friend request
+  /block <uid>            block a user (no messages either way)
+  /unblock <uid>          unblock a user
+  /group-create <name> <uid,uid,...>  create a group you own with these members
+  /group-add <gid> <uid,...>          add members (owner and admins)
+  /group-leave <gid>      leave a group
+  /group-members <gid>    a group's members and roles
   /help                   this text
   /quit                   exit (so does end of input)`
 
@@ -142,6 +157,9 @@ type app struct {
 
 	sentMu sync.Mutex
 	sent   map[int64]bool // ids this process sent: not echoed back by sync
+	// shown are the control events printed from CONTROL_EVENT pushes, so
+	// the sync they trigger does not print their mailbox copies again.
+	shown map[string]bool
 }
 
 func (a *app) print(s string) {
@@ -299,6 +317,11 @@ func (a *app) pump(conn *client.Conn, hint chan<- struct{}) (kickReason string) 
 			if e, ok := a.runner.NotePush(fr); ok {
 				a.print(eventLine(e))
 			}
+		case protocol.CmdControlEvent:
+			if ev, err := fr.ControlEvent(); err == nil {
+				a.noteShown(ev)
+				a.print(controlLine(ev))
+			}
 		}
 		select {
 		case hint <- struct{}{}:
@@ -402,8 +425,46 @@ func (a *app) formatMessages(b *strings.Builder, res client.SyncResult, limit in
 		}
 	}
 	for _, e := range res.Events {
+		if e.EventType == client.EventFriend || e.EventType == client.EventMembership {
+			if a.takeShown(client.ControlEvent{EventType: e.EventType, ConversationID: e.ConversationID, Payload: e.Payload}) {
+				continue // printed when its CONTROL_EVENT came
+			}
+		}
 		b.WriteString(eventLine(e))
 	}
+}
+
+// shownKey identifies a control event by its type, conversation and
+// payload (compacted, so the push and the mailbox copy compare equal).
+func shownKey(ev client.ControlEvent) string {
+	var p bytes.Buffer
+	if json.Compact(&p, ev.Payload) != nil {
+		p.Reset()
+		p.Write(ev.Payload)
+	}
+	return fmt.Sprintf("%d/%d/%s", ev.EventType, ev.ConversationID, p.Bytes())
+}
+
+// noteShown records a control event printed from its push.
+func (a *app) noteShown(ev client.ControlEvent) {
+	a.sentMu.Lock()
+	defer a.sentMu.Unlock()
+	if a.shown == nil || len(a.shown) > 4096 {
+		a.shown = map[string]bool{}
+	}
+	a.shown[shownKey(ev)] = true
+}
+
+// takeShown reports (and forgets) whether ev was printed from its push.
+func (a *app) takeShown(ev client.ControlEvent) bool {
+	a.sentMu.Lock()
+	defer a.sentMu.Unlock()
+	k := shownKey(ev)
+	if !a.shown[k] {
+		return false
+	}
+	delete(a.shown, k)
+	return true
 }
 
 // command runs one stdin line; it reports whether to quit.
@@ -412,6 +473,22 @@ func (a *app) command(ctx context.Context, conn *client.Conn, line string) (quit
 		return false
 	}
 	fields := strings.Fields(line)
+	idList := func(i int, what string) ([]int64, bool) {
+		if len(fields) <= i {
+			a.errorf("usage: %s … <%s,%s,...>", fields[0], what, what)
+			return nil, false
+		}
+		var out []int64
+		for _, f := range strings.Split(fields[i], ",") {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil || v <= 0 {
+				a.errorf("%s: %q is not a %s id", fields[0], f, what)
+				return nil, false
+			}
+			out = append(out, v)
+		}
+		return out, true
+	}
 	idArg := func(i int, what string) (int64, bool) {
 		if len(fields) <= i {
 			a.errorf("usage: %s <%s>", fields[0], what)
@@ -471,18 +548,98 @@ func (a *app) command(ctx context.Context, conn *client.Conn, line string) (quit
 		}
 		a.runner.NoteEvent(client.EventRecall, mid) // no echo from the mailbox
 		a.printf("recalled #%d\n", mid)
+	case "/friends":
+		a.friends(ctx, conn)
+	case "/friend-request", "/accept", "/block", "/unblock":
+		uid, ok := idArg(1, "user")
+		if !ok {
+			return false
+		}
+		var (
+			changed bool
+			err     error
+		)
+		switch fields[0] {
+		case "/friend-request":
+			_, rest, _ := strings.Cut(line, " ")
+			_, note, _ := strings.Cut(strings.TrimSpace(rest), " ")
+			changed, err = conn.RequestFriend(ctx, uid, strings.TrimSpace(note))
+		case "/accept":
+			changed, err = conn.AcceptFriend(ctx, uid)
+		case "/block":
+			changed, err = conn.Block(ctx, uid)
+		default:
+			changed, err = conn.Unblock(ctx, uid)
+		}
+		if err != nil {
+			a.errorf("%s: %v", fields[0][1:], err)
+			return false
+		}
+		a.printf("%s %d: %s\n", fields[0][1:], uid, map[bool]string{true: "done", false: "nothing to change"}[changed])
+	case "/group-create":
+		if len(fields) < 3 {
+			a.errorf("usage: /group-create <name> <uid,uid,...>")
+			return false
+		}
+		members, ok := idList(2, "user")
+		if !ok {
+			return false
+		}
+		ch, err := conn.CreateGroup(ctx, client.NewGroup{Name: fields[1], MemberIDs: members})
+		if err != nil {
+			a.errorf("group-create: %v", err)
+			return false
+		}
+		a.printf("created group %d %q conv %d with %d members\n", ch.Group.GroupID, ch.Group.Name, ch.Group.ConversationID, ch.Group.MemberCount)
+	case "/group-add":
+		gid, ok := idArg(1, "group")
+		if !ok {
+			return false
+		}
+		users, ok := idList(2, "user")
+		if !ok {
+			return false
+		}
+		ch, err := conn.AddGroupMembers(ctx, gid, users)
+		if err != nil {
+			a.errorf("group-add: %v", err)
+			return false
+		}
+		a.printf("group %d: added %s (%d members)\n", gid, idsText(ch.Added), ch.Group.MemberCount)
+	case "/group-leave":
+		gid, ok := idArg(1, "group")
+		if !ok {
+			return false
+		}
+		if _, err := conn.LeaveGroup(ctx, gid); err != nil {
+			a.errorf("group-leave: %v", err)
+			return false
+		}
+		a.printf("left group %d\n", gid)
+	case "/group-members":
+		gid, ok := idArg(1, "group")
+		if !ok {
+			return false
+		}
+		a.groupMembers(ctx, conn, gid)
 	default:
 		if strings.HasPrefix(fields[0], "/") {
 			a.errorf("unknown command %s\n%s", fields[0], helpText)
 			return false
 		}
 		to, text, found := strings.Cut(line, " ")
-		uid, err := strconv.ParseInt(to, 10, 64)
-		if !found || err != nil || uid <= 0 {
-			a.errorf("usage: <to_user_id> <text>   (/help for commands)")
+		group := strings.HasPrefix(to, "g")
+		id, err := strconv.ParseInt(strings.TrimPrefix(to, "g"), 10, 64)
+		if !found || err != nil || id <= 0 {
+			a.errorf("usage: <to_user_id> <text> or g<group_id> <text>   (/help for commands)")
 			return false
 		}
-		ack, err := a.send(ctx, conn, uid, text)
+		var ack protocol.SendAck
+		if group {
+			ack, err = a.sendGroup(ctx, conn, id, text)
+		} else {
+			ack, err = a.send(ctx, conn, id, text)
+		}
 		if err != nil {
 			a.errorf("send: %v", err)
 			return false
@@ -526,6 +683,16 @@ func (a *app) history(ctx context.Context, conn *client.Conn, cid int64, n int) 
 
 func (a *app) send(ctx context.Context, conn *client.Conn, to int64, text string) (protocol.SendAck, error) {
 	ack, err := conn.SendText(ctx, to, text)
+	return a.recordSent(ack, err)
+}
+
+func (a *app) sendGroup(ctx context.Context, conn *client.Conn, groupID int64, text string) (protocol.SendAck, error) {
+	ack, err := conn.SendGroupText(ctx, groupID, text)
+	return a.recordSent(ack, err)
+}
+
+// recordSent records and prints a message this process sent.
+func (a *app) recordSent(ack protocol.SendAck, err error) (protocol.SendAck, error) {
 	if err != nil {
 		return ack, err
 	}
@@ -534,6 +701,84 @@ func (a *app) send(ctx context.Context, conn *client.Conn, to int64, text string
 	a.sentMu.Unlock()
 	a.printf("sent msg_id=%d conv=%d\n", ack.MsgID, ack.ConversationID)
 	return ack, nil
+}
+
+// friends prints the friend list and the requests waiting for an answer
+// (every page of each).
+func (a *app) friends(ctx context.Context, conn *client.Conn) {
+	var fs []client.Friend
+	for after := int64(0); ; {
+		p, err := conn.Friends(ctx, after, 0)
+		if err != nil {
+			a.errorf("friends: %v", err)
+			return
+		}
+		fs = append(fs, p.Friends...)
+		if !p.More {
+			break
+		}
+		after = p.Next.Int64()
+	}
+	var reqs []protocol.FriendRequest
+	for after := int64(0); ; {
+		p, err := conn.FriendRequests(ctx, after, 0)
+		if err != nil {
+			a.errorf("friend requests: %v", err)
+			return
+		}
+		reqs = append(reqs, p.Requests...)
+		if !p.More {
+			break
+		}
+		after = p.Next.Int64()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "friends (%d):\n", len(fs))
+	for _, f := range fs {
+		if f.Remark != "" {
+			fmt.Fprintf(&b, "  %d (%s)\n", f.UserID, f.Remark)
+		} else {
+			fmt.Fprintf(&b, "  %d\n", f.UserID)
+		}
+	}
+	if len(reqs) > 0 {
+		fmt.Fprintf(&b, "friend requests (%d; /accept <uid>):\n", len(reqs))
+		for _, r := range reqs {
+			if r.Note != "" {
+				fmt.Fprintf(&b, "  %d: %s\n", r.UserID, oneLine(r.Note, 60))
+			} else {
+				fmt.Fprintf(&b, "  %d\n", r.UserID)
+			}
+		}
+	}
+	a.print(b.String())
+}
+
+// groupMembers prints every member of a group with their role and mute.
+func (a *app) groupMembers(ctx context.Context, conn *client.Conn, gid int64) {
+	var ms []client.GroupMember
+	for after := int64(0); ; {
+		p, err := conn.GroupMembers(ctx, gid, after, 0)
+		if err != nil {
+			a.errorf("group-members: %v", err)
+			return
+		}
+		ms = append(ms, p.Members...)
+		if !p.More {
+			break
+		}
+		after = p.Next.Int64()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "group %d members (%d):\n", gid, len(ms))
+	for _, m := range ms {
+		fmt.Fprintf(&b, "  %d %s", m.UserID, m.Role)
+		if m.MuteUntil > time.Now().UnixMilli() {
+			fmt.Fprintf(&b, " muted until %s", time.UnixMilli(m.MuteUntil).Format("2006-01-02 15:04"))
+		}
+		b.WriteByte('\n')
+	}
+	a.print(b.String())
 }
 
 func getToken(ctx context.Context, f flags, cfg *config.Config) (string, error) {
@@ -639,12 +884,80 @@ func eventLine(e client.MailboxEvent) string {
 		return fmt.Sprintf("while away: kicked (%s)\n", k.Reason)
 	case client.EventMissedMessage:
 		return "" // the messages themselves came with the sync
-	case client.EventMembership:
-		return fmt.Sprintf("[conv %d] membership changed: %s\n", e.ConversationID, e.Payload)
-	case client.EventFriend:
-		return fmt.Sprintf("friend event: %s\n", e.Payload)
+	case client.EventMembership, client.EventFriend:
+		return controlLine(client.ControlEvent{EventType: e.EventType, ConversationID: e.ConversationID, Payload: e.Payload})
 	}
 	return fmt.Sprintf("event %d conv %d msg %d: %s\n", e.EventType, e.ConversationID, e.MsgID, e.Payload)
+}
+
+// controlLine renders a friend or membership change (a CONTROL_EVENT push
+// or its mailbox copy):
+//
+//	friend: 1002 asks to be your friend (/accept 1002)
+//	[group 55] members removed by 1001
+func controlLine(ev client.ControlEvent) string {
+	var p struct {
+		Kind       string    `json:"kind"`
+		UserID     jsonid.ID `json:"user_id"`
+		Action     string    `json:"action"`
+		GroupID    jsonid.ID `json:"group_id"`
+		OperatorID jsonid.ID `json:"operator_id"`
+		Role       *int      `json:"role"`
+		MuteUntil  *int64    `json:"mute_until"`
+	}
+	if err := json.Unmarshal(ev.Payload, &p); err != nil {
+		return fmt.Sprintf("event %d conv %d: %s\n", ev.EventType, ev.ConversationID, ev.Payload)
+	}
+	switch ev.EventType {
+	case client.EventFriend:
+		u := p.UserID
+		switch p.Kind {
+		case "request":
+			return fmt.Sprintf("friend: %d asks to be your friend (/accept %d)\n", u, u)
+		case "accepted":
+			return fmt.Sprintf("friend: you and %d are friends now\n", u)
+		case "rejected":
+			return fmt.Sprintf("friend: you turned down %d's request\n", u)
+		case "removed":
+			return fmt.Sprintf("friend: you and %d are no longer friends\n", u)
+		case "remark":
+			return fmt.Sprintf("friend: your remark for %d changed\n", u)
+		case "blocked":
+			return fmt.Sprintf("friend: you blocked %d\n", u)
+		case "unblocked":
+			return fmt.Sprintf("friend: you unblocked %d\n", u)
+		}
+		return fmt.Sprintf("friend: %s %d\n", p.Kind, u)
+	case client.EventMembership:
+		what := map[string]string{
+			"added": "members added", "removed": "members removed", "left": "a member left",
+			"role": "a role changed", "muted": "a member's mute changed", "mute_all": "mute-all switched",
+			"updated": "the group info changed", "dissolved": "the group was dissolved",
+		}[p.Action]
+		if what == "" {
+			what = p.Action
+		}
+		if p.Role != nil && p.Action == "role" {
+			what += " to " + map[int]string{0: "member", 1: "admin", 2: "owner"}[*p.Role]
+		}
+		if p.MuteUntil != nil && *p.MuteUntil > 0 {
+			what += " (until " + time.UnixMilli(*p.MuteUntil).Format("2006-01-02 15:04") + ")"
+		}
+		return fmt.Sprintf("[group %d] %s by %d (conv %d)\n", p.GroupID, what, p.OperatorID, ev.ConversationID)
+	}
+	return fmt.Sprintf("event %d conv %d: %s\n", ev.EventType, ev.ConversationID, ev.Payload)
+}
+
+// idsText renders ids as "1, 2, 3" ("none" for none).
+func idsText(ids []jsonid.ID) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = id.String()
+	}
+	return strings.Join(parts, ", ")
 }
 
 func messageText(m protocol.Message) string {

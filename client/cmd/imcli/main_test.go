@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/sparkim/spark/client"
@@ -41,5 +42,49 @@ func TestMessageAndEventLines(t *testing.T) {
 		if tc.got != tc.want {
 			t.Errorf("got %q, want %q", tc.got, tc.want)
 		}
+	}
+}
+
+func TestControlLine(t *testing.T) {
+	for _, tc := range []struct {
+		ev   client.ControlEvent
+		want string
+	}{
+		{client.ControlEvent{EventType: client.EventFriend, Payload: json.RawMessage(`{"kind":"request","user_id":"1002"}`)},
+			"friend: 1002 asks to be your friend (/accept 1002)\n"},
+		{client.ControlEvent{EventType: client.EventFriend, Payload: json.RawMessage(`{"kind":"accepted","user_id":"1001"}`)},
+			"friend: you and 1001 are friends now\n"},
+		{client.ControlEvent{EventType: client.EventMembership, ConversationID: 8,
+			Payload: json.RawMessage(`{"action":"removed","group_id":"55","operator_id":"1001","member_version":3}`)},
+			"[group 55] members removed by 1001 (conv 8)\n"},
+		{client.ControlEvent{EventType: client.EventMembership, ConversationID: 8,
+			Payload: json.RawMessage(`{"action":"role","group_id":"55","operator_id":"1001","member_version":4,"role":1}`)},
+			"[group 55] a role changed to admin by 1001 (conv 8)\n"},
+		{client.ControlEvent{EventType: client.EventMembership, ConversationID: 8, Payload: json.RawMessage(`not json`)},
+			"event 3 conv 8: not json\n"},
+	} {
+		if got := controlLine(tc.ev); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+	// A mailbox copy of a friend event prints the same line as its push.
+	e := client.MailboxEvent{EventType: client.EventFriend, Payload: json.RawMessage(`{"kind":"blocked","user_id":"7"}`)}
+	if got := eventLine(e); got != "friend: you blocked 7\n" {
+		t.Errorf("event line %q", got)
+	}
+}
+
+// A control event printed from its push is not printed again when the
+// sync it triggers brings its mailbox copy (payload spacing aside).
+func TestShownControlEventsNotRepeated(t *testing.T) {
+	a := &app{}
+	a.noteShown(client.ControlEvent{EventType: client.EventFriend, Payload: json.RawMessage(`{"kind":"request", "user_id":"5"}`)})
+	var b strings.Builder
+	a.formatMessages(&b, client.SyncResult{Events: []client.MailboxEvent{
+		{EventType: client.EventFriend, Payload: json.RawMessage(`{"kind":"request","user_id":"5"}`)},
+		{EventType: client.EventFriend, Payload: json.RawMessage(`{"kind":"request","user_id":"6"}`)},
+	}}, 0)
+	if got := b.String(); got != "friend: 6 asks to be your friend (/accept 6)\n" {
+		t.Fatalf("printed %q", got)
 	}
 }
