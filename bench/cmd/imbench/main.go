@@ -112,7 +112,16 @@ func run(ctx context.Context, log *slog.Logger, p scenario.Profile, only, root, 
 	if err != nil {
 		return fmt.Errorf("imbench: %w", err)
 	}
-	defer os.RemoveAll(scratch)
+	// The processes' logs are what explains a failed check, so they stay
+	// when one failed; a clean run leaves nothing behind.
+	keepLogs := false
+	defer func() {
+		if keepLogs {
+			log.Warn("a check failed: the system's logs are kept", "dir", scratch)
+			return
+		}
+		_ = os.RemoveAll(scratch)
+	}()
 	self, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("imbench: %w", err)
@@ -168,6 +177,7 @@ func run(ctx context.Context, log *slog.Logger, p scenario.Profile, only, root, 
 		}
 	}
 	r.Seconds = time.Since(began).Seconds()
+	keepLogs = len(r.Failures) > 0
 	if err := report.WriteJSON(dir, r); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"net/http"
 	"os"
@@ -220,6 +221,13 @@ type groupSends struct {
 	codes    map[string]int
 }
 
+// newGroupSends sends into group gid (conversation cid), its SEND_ACK
+// series starting at start. The warm-up and the window have one each, so
+// a late answer of the warm-up never lands in the window's figures.
+func newGroupSends(gid, cid int64, start time.Time) *groupSends {
+	return &groupSends{gid: gid, cid: cid, ack: hist.NewSeries(start, time.Second), codes: map[string]int{}}
+}
+
 func (g *groupSends) code(c string) {
 	g.mu.Lock()
 	g.codes[c]++
@@ -300,7 +308,8 @@ func (e *Env) groupRun(ctx context.Context, a *api, sz GroupSize, o groupRunOpts
 	// device for each further member until the cap.
 	ss := make([]*session.Session, devices)
 	pushes := &groupPushes{}
-	var closed atomic.Int64
+	var closed atomic.Int64 // connections that ended before the run did
+	var closing atomic.Bool
 	for i := range ss {
 		var uid int64
 		dev := ""
@@ -316,11 +325,15 @@ func (e *Env) groupRun(ctx context.Context, a *api, sz GroupSize, o groupRunOpts
 		}
 		ss[i] = session.New(i, uid, dev)
 		ss[i].OnPush = pushes.onPush
-		ss[i].OnClosed = func(*session.Session, error) { closed.Add(1) }
+		ss[i].OnClosed = func(*session.Session, error) {
+			if !closing.Load() {
+				closed.Add(1)
+			}
+		}
 	}
 	defer func() {
+		closing.Store(true)
 		for _, s := range ss {
-			s.OnClosed = nil
 			s.Close()
 		}
 		time.Sleep(time.Second) // the gates drop the connections before the next run
@@ -331,14 +344,12 @@ func (e *Env) groupRun(ctx context.Context, a *api, sz GroupSize, o groupRunOpts
 	if len(r.ConnectErrors) > 0 {
 		return r, fmt.Errorf("scenario: %d connections failed: %v", sumMap(r.ConnectErrors), r.ConnectErrors)
 	}
-	sends := &groupSends{gid: r.GroupID, cid: r.ConversationID, codes: map[string]int{}}
 
 	// Warm up: deliver loads its member cache, every member's list gets
 	// the conversation; then the creation's control events drain.
 	warm := newGroupLedger(devices, 1)
 	pushes.cur.Store(warm)
-	sends.ack = hist.NewSeries(time.Now(), time.Second)
-	sends.send(ss[0], warm, 0)
+	newGroupSends(r.GroupID, r.ConversationID, time.Now()).send(ss[0], warm, 0)
 	waitGroupLedger(ctx, warm, 30*time.Second)
 	if wt := warm.tally(nil); !wt.OK() {
 		e.Log.Warn("group warm-up incomplete", "members", sz.Members, "tally", fmt.Sprintf("%+v", wt))
@@ -351,10 +362,8 @@ func (e *Env) groupRun(ctx context.Context, a *api, sz GroupSize, o groupRunOpts
 
 	l := newGroupLedger(devices, sz.Messages)
 	pushes.cur.Store(l)
-	sends.answered.Store(0)
-	sends.codes = map[string]int{}
 	start := time.Now()
-	sends.ack = hist.NewSeries(start, time.Second)
+	sends := newGroupSends(r.GroupID, r.ConversationID, start)
 	var profWG sync.WaitGroup
 	if o.profile {
 		secs := int(min(30, max(1, (time.Duration(sz.Messages)*sz.Interval+time.Second)/time.Second)))
@@ -413,7 +422,7 @@ func (e *Env) groupRun(ctx context.Context, a *api, sz GroupSize, o groupRunOpts
 	r.BadPushes = pushes.bad.Load()
 	sends.mu.Lock()
 	if len(sends.codes) > 0 {
-		r.ErrorCodes = sends.codes
+		r.ErrorCodes = maps.Clone(sends.codes)
 	}
 	sends.mu.Unlock()
 	return r, nil
