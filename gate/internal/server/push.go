@@ -70,6 +70,17 @@ func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.Push
 			return nil, status.FromContextError(err).Err()
 		}
 		c := p.s.table.Get(t.ConnId)
+		if c != nil && c.state.Load() == stateConnecting {
+			// Logic writes the route while it answers AUTH, before this
+			// gate binds the session: a push in between finds the
+			// connection not yet bound. Reporting it missing would make
+			// deliver delete a live route, and every later push would miss
+			// the device. Dropped keeps the route; the device syncs right
+			// after its AUTH answer, and a connection that never binds
+			// removes its route when it closes.
+			reply.Dropped = append(reply.Dropped, t)
+			continue
+		}
 		if c == nil || !c.matches(t.UserId, t.DeviceId) {
 			reply.Missing = append(reply.Missing, t)
 			continue
