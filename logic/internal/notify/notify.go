@@ -86,7 +86,7 @@ func AfterRelationChange(ctx context.Context, n Notifier, log *zap.Logger, ch re
 
 // GroupChanged refreshes the lists of the users who joined or left (the
 // group appears in, or drops out of, their next SYNC_INBOX), pushes each
-// affected user their own event, and, when the change concerns every
+// affected user their own event (one job for the users sharing a payload), and, when the change concerns every
 // member, queues one push to the whole group at its new member_version.
 // An idempotent repeat (nothing changed) does nothing. The change is
 // committed already: an error here means some devices learn of it only by
@@ -104,9 +104,20 @@ func (s *Service) GroupChanged(ctx context.Context, ch group.Change) error {
 			}
 		}
 	}
+	// One job per distinct payload, not per user: the members added by one
+	// call (up to 500) usually share theirs.
+	var order []string
+	byPayload := map[string][]int64{}
 	for _, ev := range ch.Events {
-		if err := s.push(ctx, cid, protocol.ConversationGroup, 0, []int64{ev.UserID},
-			ControlEvent{EventType: protocol.EventMembership, ConversationID: jsonid.ID(cid), Payload: ev.Payload}); err != nil {
+		k := string(ev.Payload)
+		if _, ok := byPayload[k]; !ok {
+			order = append(order, k)
+		}
+		byPayload[k] = append(byPayload[k], ev.UserID)
+	}
+	for _, k := range order {
+		if err := s.push(ctx, cid, protocol.ConversationGroup, 0, byPayload[k],
+			ControlEvent{EventType: protocol.EventMembership, ConversationID: jsonid.ID(cid), Payload: json.RawMessage(k)}); err != nil {
 			errs = append(errs, err)
 		}
 	}

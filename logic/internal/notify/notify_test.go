@@ -62,14 +62,18 @@ func TestGroupChangedQueuesPushesAndRefreshesLists(t *testing.T) {
 		wantTouched []int64  // users whose list entry changed
 	}{
 		{
-			name: "members added: each gets their event, the group is told, their lists change",
+			name: "members added: one job per distinct event, the group is told, their lists change",
 			change: group.Change{
 				Group: group.Info{GroupID: 7, ConversationID: 70, MemberVersion: 5}, Action: group.ActionAdded, Changed: true,
-				Added: []int64{101, 102}, Affected: []int64{101, 102},
-				Events:        []group.Event{{UserID: 101, Payload: json.RawMessage(`{"action":"added"}`)}, {UserID: 102, Payload: json.RawMessage(`{"action":"added"}`)}},
+				Added: []int64{101, 102, 103}, Affected: []int64{101, 102, 103},
+				Events: []group.Event{
+					{UserID: 101, Payload: json.RawMessage(`{"action":"added","role":0}`)},
+					{UserID: 102, Payload: json.RawMessage(`{"action":"added","role":1}`)},
+					{UserID: 103, Payload: json.RawMessage(`{"action":"added","role":0}`)},
+				},
 				NotifyMembers: true,
 			},
-			wantUsers: []string{"[101]", "[102]"}, wantGroup: true, wantTouched: []int64{101, 102},
+			wantUsers: []string{"[101 103]", "[102]"}, wantGroup: true, wantTouched: []int64{101, 102, 103},
 		},
 		{
 			name: "a member removed: only their list and their event",
