@@ -31,19 +31,13 @@ func NewConnIDs(start time.Time) *ConnIDs {
 // Next returns a new connection id.
 func (g *ConnIDs) Next() uint64 { return g.base | uint64(g.n.Add(1)) }
 
-// socket is the part of netpoll.Connection a Conn writes and closes
-// through; narrow so the queue and sweeper can be tested without sockets.
-type socket interface {
-	Write(b []byte) (int, error)
-	Close() error
-}
-
-// Conn is one client connection. Its inbound side is only touched by the
-// netpoll OnRequest callback (which netpoll serialises per connection);
-// everything shared with pushes and logic answers is atomic or under mu.
+// Conn is one client connection's session. Its inbound side is only
+// touched by its transport's read path (netpoll serialises OnRequest per
+// connection); everything shared with pushes and logic answers is atomic or
+// under mu.
 type Conn struct {
 	id        uint64
-	nc        socket
+	tr        Transport
 	realIP    string
 	createdAt time.Time
 
@@ -61,14 +55,10 @@ type Conn struct {
 	closeReason string
 
 	out *Outbound
-
-	// pending holds the start of a frame that has not fully arrived, so
-	// OnRequest never returns with unread bytes in netpoll's buffer.
-	pending []byte
 }
 
-func newConn(id uint64, nc socket, realIP string, now time.Time) *Conn {
-	c := &Conn{id: id, nc: nc, realIP: realIP, createdAt: now}
+func newConn(id uint64, tr Transport, realIP string, now time.Time) *Conn {
+	c := &Conn{id: id, tr: tr, realIP: realIP, createdAt: now}
 	c.lastActive.Store(now.UnixNano())
 	return c
 }
@@ -136,22 +126,18 @@ func (c *Conn) reason() string {
 // Close closes the connection now; queued frames are discarded.
 func (c *Conn) Close(reason string) {
 	c.setCloseReason(reason)
-	_ = c.nc.Close()
+	_ = c.tr.Close()
 }
 
-// write implements sink: netpoll's Write blocks until the bytes are handed
-// to the kernel or the connection's write timeout expires.
-func (c *Conn) write(b []byte) error {
-	_, err := c.nc.Write(b)
-	return err
-}
+// write implements sink through the transport, which returns within the
+// write timeout.
+func (c *Conn) write(b []byte) error { return c.tr.WriteFrames(b) }
 
 // shutdown implements sink.
 func (c *Conn) shutdown(reason string) { c.Close(reason) }
 
-// remoteIP is the seam for the client's real address. Today it is the TCP
-// peer; behind an L4 balancer the PROXY protocol header parsed before the
-// first frame will replace it.
+// remoteIP is the socket peer's address, the client's real address unless
+// a PROXY protocol header names another.
 func remoteIP(addr net.Addr) string {
 	switch a := addr.(type) {
 	case *net.TCPAddr:

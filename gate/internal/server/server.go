@@ -170,29 +170,11 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 
-	ln, err := netpoll.CreateListener("tcp", s.cfg.TCPAddr)
-	if err != nil {
+	if err := s.listenTCP(); err != nil {
 		s.pushSrv.Stop()
 		up.closeConns()
-		return fmt.Errorf("server: listen tcp %s: %w", s.cfg.TCPAddr, err)
+		return err
 	}
-	s.tcpLn = ln
-	evl, err := netpoll.NewEventLoop(s.onRequest,
-		netpoll.WithOnPrepare(s.onPrepare),
-		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
-	)
-	if err != nil {
-		_ = ln.Close()
-		s.pushSrv.Stop()
-		up.closeConns()
-		return fmt.Errorf("server: event loop: %w", err)
-	}
-	s.evl = evl
-	go func() {
-		if err := evl.Serve(ln); err != nil && !s.draining.Load() {
-			s.serveErr <- fmt.Errorf("server: tcp: %w", err)
-		}
-	}()
 
 	up.cfg.ClientAddrs = s.clientAddrs()
 	up.Start(s.ctx)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/cloudwego/netpoll"
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/pkg/envelope"
@@ -15,32 +14,23 @@ import (
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
-type connKey struct{}
-
 // inflateFactor bounds how far a gzip body may expand: enough for JSON,
 // too little for a decompression bomb.
 const inflateFactor = 4
 
-// onPrepare runs once per accepted socket, before netpoll registers it.
-func (s *Server) onPrepare(nc netpoll.Connection) context.Context {
-	if s.draining.Load() {
-		_ = nc.Close()
-		return s.ctx
-	}
-	now := time.Now()
-	c := newConn(s.connIDs.Next(), nc, remoteIP(nc.RemoteAddr()), now)
+// openSession starts the session of a connection whose transport is ready
+// to carry frames; realIP is the client's address as the transport knows it
+// (the socket peer, or the PROXY header's source). It never blocks.
+func (s *Server) openSession(tr Transport, realIP string) *Conn {
+	c := newConn(s.connIDs.Next(), tr, realIP, time.Now())
 	c.out = NewOutbound(c, s.cfg.OutboundQueue, func(n int) { s.metrics.FramesOut.Add(uint64(n)) })
 	s.table.Add(c)
 	s.metrics.Connections.Add(1)
-	_ = nc.AddCloseCallback(func(netpoll.Connection) error {
-		s.onClose(c)
-		return nil
-	})
-	return context.WithValue(s.ctx, connKey{}, c)
+	return c
 }
 
-// onClose runs once when netpoll has closed the socket, whoever closed it.
-func (s *Server) onClose(c *Conn) {
+// closeSession runs once when the transport has closed, whoever closed it.
+func (s *Server) closeSession(c *Conn) {
 	c.mu.Lock()
 	prev := c.state.Swap(stateClosed)
 	sess := c.session
@@ -62,119 +52,6 @@ func (s *Server) onClose(c *Conn) {
 	s.log.Debug("connection closed", zap.Uint64("conn_id", c.id), zap.String("real_ip", c.realIP), zap.String("reason", reason))
 }
 
-// onRequest consumes every readable byte: whole frames are handled straight
-// out of netpoll's buffer and a partial one is moved to the connection's own
-// buffer, because returning with unread bytes makes netpoll call again at
-// once, forever.
-func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
-	c, ok := ctx.Value(connKey{}).(*Conn)
-	if !ok {
-		return nc.Close()
-	}
-	r := nc.Reader()
-	defer func() { _ = r.Release() }()
-	if !s.readFrames(ctx, c, r) || c.out.Closing() {
-		// The connection is closing (maybe only after a last answer is
-		// written): whatever else the client sent is discarded, or netpoll
-		// would call again at once for the unread bytes.
-		_ = r.Skip(r.Len())
-	}
-	return nil
-}
-
-// readFrames handles every complete frame in r and keeps a trailing partial
-// one. It reports false when the connection is closing.
-func (s *Server) readFrames(ctx context.Context, c *Conn, r netpoll.Reader) bool {
-	for {
-		if c.out.Closing() {
-			return false
-		}
-		n := r.Len()
-		if n == 0 {
-			return true
-		}
-		if len(c.pending) > 0 || n < frame.HeaderSize {
-			if !s.assemble(ctx, c, r) {
-				return false
-			}
-			continue
-		}
-		hb, err := r.Peek(frame.HeaderSize)
-		if err != nil {
-			c.Close("read failed")
-			return false
-		}
-		h, err := frame.ParseHeader(hb, s.cfg.MaxFrameSize)
-		if err != nil {
-			s.badFrame(c, err)
-			return false
-		}
-		total := frame.HeaderSize + int(h.BodyLength)
-		if n < total {
-			if !s.assemble(ctx, c, r) {
-				return false
-			}
-			continue
-		}
-		b, err := r.Next(total)
-		if err != nil {
-			c.Close("read failed")
-			return false
-		}
-		if !s.handleFrame(ctx, c, h, b[frame.HeaderSize:], true) {
-			return false
-		}
-	}
-}
-
-// assemble moves bytes of a partial frame into c.pending, and handles the
-// frame once it is complete. It reports false when the connection closed.
-func (s *Server) assemble(ctx context.Context, c *Conn, r netpoll.Reader) bool {
-	if len(c.pending) < frame.HeaderSize {
-		take := min(frame.HeaderSize-len(c.pending), r.Len())
-		b, err := r.Next(take)
-		if err != nil {
-			c.Close("read failed")
-			return false
-		}
-		c.pending = append(c.pending, b...)
-		if len(c.pending) < frame.HeaderSize {
-			// Garbage is visible before the header is complete.
-			if _, _, _, err := frame.Decode(c.pending, s.cfg.MaxFrameSize); err != nil {
-				s.badFrame(c, err)
-				return false
-			}
-			return true
-		}
-	}
-	h, err := frame.ParseHeader(c.pending, s.cfg.MaxFrameSize)
-	if err != nil {
-		s.badFrame(c, err)
-		return false
-	}
-	total := frame.HeaderSize + int(h.BodyLength)
-	if cap(c.pending) < total {
-		grown := make([]byte, len(c.pending), total)
-		copy(grown, c.pending)
-		c.pending = grown
-	}
-	if need := total - len(c.pending); need > 0 {
-		b, err := r.Next(min(need, r.Len()))
-		if err != nil {
-			c.Close("read failed")
-			return false
-		}
-		c.pending = append(c.pending, b...)
-	}
-	if len(c.pending) < total {
-		return true
-	}
-	body := c.pending[frame.HeaderSize:total]
-	// The body may now be owned by a forwarded request; never reuse it.
-	c.pending = nil
-	return s.handleFrame(ctx, c, h, body, false)
-}
-
 // badFrame closes a connection whose byte stream cannot be trusted any more
 // (bad magic, version or length) without reading further.
 func (s *Server) badFrame(c *Conn, err error) {
@@ -183,7 +60,7 @@ func (s *Server) badFrame(c *Conn, err error) {
 }
 
 // handleFrame runs the connection's state machine for one frame. aliased
-// says body points into netpoll's buffer and must be copied to be kept. It
+// says body points into the transport's buffer and must be copied to be kept. It
 // reports false when the connection is closing.
 func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body []byte, aliased bool) bool {
 	s.metrics.FramesIn.Add(1)

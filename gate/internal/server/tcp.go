@@ -1,0 +1,141 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cloudwego/netpoll"
+
+	"github.com/sparkim/spark/pkg/frame"
+)
+
+// connKey is the netpoll connection context's key for its *tcpConn.
+type connKey struct{}
+
+// tcpConn is the plain-TCP transport of one netpoll connection: it feeds
+// the bytes netpoll has read to the stream decoder and the decoded frames
+// to the session, and writes the session's frames to the socket.
+type tcpConn struct {
+	s   *Server
+	nc  netpoll.Connection
+	dec streamDecoder
+
+	// c is the session; it is set in the event loop (onPrepare or
+	// onRequest) and read by the close callback, hence mu.
+	mu     sync.Mutex
+	c      *Conn
+	closed bool
+}
+
+// WriteFrames implements Transport. netpoll's Write blocks until the bytes
+// are handed to the kernel or the connection's write timeout expires.
+func (t *tcpConn) WriteFrames(b []byte) error {
+	if _, err := t.nc.Write(b); err != nil {
+		return fmt.Errorf("tcp: write: %w", err)
+	}
+	return nil
+}
+
+// Close implements Transport.
+func (t *tcpConn) Close() error { return t.nc.Close() }
+
+// Kind implements Transport.
+func (t *tcpConn) Kind() string { return "tcp" }
+
+// open starts the session with the client's real address, unless the
+// socket closed meanwhile; a nil result means there is no session.
+func (t *tcpConn) open(realIP string) *Conn {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.c = t.s.openSession(t, realIP)
+	return t.c
+}
+
+// onClosed is netpoll's close callback: it ends the session once.
+func (t *tcpConn) onClosed(netpoll.Connection) error {
+	t.mu.Lock()
+	t.closed = true
+	c := t.c
+	t.mu.Unlock()
+	if c != nil {
+		t.s.closeSession(c)
+	}
+	return nil
+}
+
+// onFrame implements frameSink: a closing session takes no more frames.
+func (t *tcpConn) onFrame(ctx context.Context, h frame.Header, body []byte, aliased bool) bool {
+	if t.c.out.Closing() {
+		return false
+	}
+	return t.s.handleFrame(ctx, t.c, h, body, aliased)
+}
+
+// listenTCP binds the client TCP listener and serves it on a netpoll event
+// loop in the background.
+func (s *Server) listenTCP() error {
+	ln, err := netpoll.CreateListener("tcp", s.cfg.TCPAddr)
+	if err != nil {
+		return fmt.Errorf("server: listen tcp %s: %w", s.cfg.TCPAddr, err)
+	}
+	evl, err := netpoll.NewEventLoop(s.onRequest,
+		netpoll.WithOnPrepare(s.onPrepare),
+		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
+	)
+	if err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("server: event loop: %w", err)
+	}
+	s.tcpLn, s.evl = ln, evl
+	go func() {
+		if err := evl.Serve(ln); err != nil && !s.draining.Load() {
+			s.serveErr <- fmt.Errorf("server: tcp: %w", err)
+		}
+	}()
+	return nil
+}
+
+// onPrepare runs once per accepted socket, before netpoll registers it.
+func (s *Server) onPrepare(nc netpoll.Connection) context.Context {
+	if s.draining.Load() {
+		_ = nc.Close()
+		return s.ctx
+	}
+	t := &tcpConn{s: s, nc: nc, dec: streamDecoder{maxFrame: s.cfg.MaxFrameSize}}
+	t.open(remoteIP(nc.RemoteAddr()))
+	_ = nc.AddCloseCallback(t.onClosed)
+	return context.WithValue(s.ctx, connKey{}, t)
+}
+
+// onRequest consumes every readable byte, because returning with unread
+// bytes makes netpoll call again at once, forever: whole frames go to the
+// session straight out of netpoll's buffer, a partial one into the
+// decoder's own, and anything after a close is discarded.
+func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
+	t, ok := ctx.Value(connKey{}).(*tcpConn)
+	if !ok || t.c == nil {
+		return nc.Close()
+	}
+	r := nc.Reader()
+	defer func() { _ = r.Release() }()
+	err := t.dec.feed(ctx, r, t)
+	var bad *badStreamError
+	switch {
+	case err == nil, errors.Is(err, errDecodeStopped):
+	case errors.As(err, &bad):
+		s.badFrame(t.c, err)
+	default:
+		t.c.Close("read failed")
+	}
+	if err != nil || t.c.out.Closing() {
+		// The connection is closing (maybe only after a last answer is
+		// written): whatever else the client sent is discarded.
+		_ = r.Skip(r.Len())
+	}
+	return nil
+}

@@ -1,0 +1,157 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/sparkim/spark/pkg/frame"
+)
+
+// The gate has two layers. A transport carries one client's Spark frames:
+// today plain TCP on netpoll (tcp.go), later PROXY → TLS → a byte stream or
+// WebSocket messages. The session layer (session.go, conn.go, outbound.go)
+// runs the AUTH deadline, limits, upstream forwarding, the outbound queue,
+// pushes and kicks, and never learns which transport carried a frame: a
+// transport hands it decoded frames through Server.handleFrame and the
+// session writes and closes only through the Transport interface, so a new
+// carrier adds a file, not a copy of the session loop.
+
+// Transport is the session layer's view of whatever carries a connection's
+// frames.
+type Transport interface {
+	// WriteFrames writes b, one or more whole encoded Spark frames, within
+	// the write timeout. Only the connection's single flusher calls it, so
+	// an implementation needs no write lock; a carrier with its own framing
+	// (WebSocket) can cut b at frame boundaries with frame.ParseHeader.
+	WriteFrames(b []byte) error
+	// Close closes the carrier at once. The transport then calls
+	// Server.closeSession exactly once, whoever closed it.
+	Close() error
+	// Kind names the carrier in logs ("tcp"; later "tls", "ws").
+	Kind() string
+}
+
+// byteSource is the part of netpoll.Reader the stream decoder reads
+// through: plain TCP passes its netpoll reader, a TLS transport will pass
+// its plaintext buffer. Peek and Next may return slices of the source's own
+// buffer, valid until it is released.
+type byteSource interface {
+	Len() int
+	Peek(n int) ([]byte, error)
+	Next(n int) ([]byte, error)
+}
+
+// frameSink receives decoded frames. aliased says body points into the
+// source's buffer and must be copied to be kept. It reports false when the
+// connection is closing and decoding should stop.
+type frameSink interface {
+	onFrame(ctx context.Context, h frame.Header, body []byte, aliased bool) bool
+}
+
+// errDecodeStopped reports that the sink asked to stop.
+var errDecodeStopped = errors.New("decode: stopped by the session")
+
+// badStreamError marks a byte stream that is not Spark frames (bad magic,
+// version or length): the connection must close without reading further.
+type badStreamError struct{ err error }
+
+func (e *badStreamError) Error() string { return "decode: " + e.err.Error() }
+func (e *badStreamError) Unwrap() error { return e.err }
+
+// streamDecoder cuts a byte stream into Spark frames. Whole frames are
+// handed out straight from the source's buffer; the start of a frame that
+// has not fully arrived is moved to the decoder's own buffer, so a caller
+// on netpoll can always consume every readable byte (returning from
+// OnRequest with unread bytes makes netpoll call again at once, forever).
+type streamDecoder struct {
+	maxFrame int
+	pending  []byte
+}
+
+// feed decodes every complete frame in src into sink and keeps a trailing
+// partial one. It returns nil when src is empty, errDecodeStopped when the
+// sink stopped, a *badStreamError for a broken stream, or a read error.
+func (d *streamDecoder) feed(ctx context.Context, src byteSource, sink frameSink) error {
+	for {
+		n := src.Len()
+		if n == 0 {
+			return nil
+		}
+		if len(d.pending) > 0 || n < frame.HeaderSize {
+			if err := d.assemble(ctx, src, sink); err != nil {
+				return err
+			}
+			continue
+		}
+		hb, err := src.Peek(frame.HeaderSize)
+		if err != nil {
+			return fmt.Errorf("decode: peek header: %w", err)
+		}
+		h, err := frame.ParseHeader(hb, d.maxFrame)
+		if err != nil {
+			return &badStreamError{err}
+		}
+		total := frame.HeaderSize + int(h.BodyLength)
+		if n < total {
+			if err := d.assemble(ctx, src, sink); err != nil {
+				return err
+			}
+			continue
+		}
+		b, err := src.Next(total)
+		if err != nil {
+			return fmt.Errorf("decode: read frame: %w", err)
+		}
+		if !sink.onFrame(ctx, h, b[frame.HeaderSize:], true) {
+			return errDecodeStopped
+		}
+	}
+}
+
+// assemble moves bytes of a partial frame into d.pending and hands the
+// frame out once it is complete.
+func (d *streamDecoder) assemble(ctx context.Context, src byteSource, sink frameSink) error {
+	if len(d.pending) < frame.HeaderSize {
+		take := min(frame.HeaderSize-len(d.pending), src.Len())
+		b, err := src.Next(take)
+		if err != nil {
+			return fmt.Errorf("decode: read header: %w", err)
+		}
+		d.pending = append(d.pending, b...)
+		if len(d.pending) < frame.HeaderSize {
+			// Garbage is visible before the header is complete.
+			if _, _, _, err := frame.Decode(d.pending, d.maxFrame); err != nil {
+				return &badStreamError{err}
+			}
+			return nil
+		}
+	}
+	h, err := frame.ParseHeader(d.pending, d.maxFrame)
+	if err != nil {
+		return &badStreamError{err}
+	}
+	total := frame.HeaderSize + int(h.BodyLength)
+	if cap(d.pending) < total {
+		grown := make([]byte, len(d.pending), total)
+		copy(grown, d.pending)
+		d.pending = grown
+	}
+	if need := total - len(d.pending); need > 0 {
+		b, err := src.Next(min(need, src.Len()))
+		if err != nil {
+			return fmt.Errorf("decode: read body: %w", err)
+		}
+		d.pending = append(d.pending, b...)
+	}
+	if len(d.pending) < total {
+		return nil
+	}
+	body := d.pending[frame.HeaderSize:total]
+	// The body may now be owned by a forwarded request; never reuse it.
+	d.pending = nil
+	if !sink.onFrame(ctx, h, body, false) {
+		return errDecodeStopped
+	}
+	return nil
+}
