@@ -71,13 +71,18 @@ type Gate struct {
 	StreamsPerLogic int      `mapstructure:"streams_per_logic"`
 	// MaxInflight bounds requests awaiting an answer per stream; past it
 	// the gate answers 50301 itself.
-	MaxInflight   int           `mapstructure:"max_inflight"`
-	MaxFrameSize  int           `mapstructure:"max_frame_size"`
-	AuthTimeout   time.Duration `mapstructure:"auth_timeout"`
-	IdleTimeout   time.Duration `mapstructure:"idle_timeout"`
-	WriteTimeout  time.Duration `mapstructure:"write_timeout"`
-	OutboundQueue int           `mapstructure:"outbound_queue"`
-	Shards        int           `mapstructure:"shards"`
+	MaxInflight int `mapstructure:"max_inflight"`
+	// MaxInflightPerConn bounds one connection's requests awaiting an
+	// answer, so a client pipelining thousands cannot fill its stream's
+	// shared max_inflight and starve every other connection on it; past
+	// it that connection alone gets 50301.
+	MaxInflightPerConn int           `mapstructure:"max_inflight_per_conn"`
+	MaxFrameSize       int           `mapstructure:"max_frame_size"`
+	AuthTimeout        time.Duration `mapstructure:"auth_timeout"`
+	IdleTimeout        time.Duration `mapstructure:"idle_timeout"`
+	WriteTimeout       time.Duration `mapstructure:"write_timeout"`
+	OutboundQueue      int           `mapstructure:"outbound_queue"`
+	Shards             int           `mapstructure:"shards"`
 	// RequestTimeout is how long a forwarded request may wait for logic
 	// before the gate answers 50301.
 	RequestTimeout time.Duration `mapstructure:"request_timeout"`
@@ -176,6 +181,7 @@ var defaults = map[string]any{
 	"gate.logic_addrs":           []string{"127.0.0.1:9000"},
 	"gate.streams_per_logic":     4,
 	"gate.max_inflight":          4096,
+	"gate.max_inflight_per_conn": 64,
 	"gate.max_frame_size":        64 << 10,
 	"gate.auth_timeout":          10 * time.Second,
 	"gate.idle_timeout":          120 * time.Second,

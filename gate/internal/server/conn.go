@@ -47,6 +47,9 @@ type Conn struct {
 	// authInflight is set while an AUTH is with logic, so a second AUTH is
 	// refused instead of racing the first.
 	authInflight atomic.Bool
+	// inflight counts this connection's requests awaiting logic, bounded by
+	// gate.max_inflight_per_conn.
+	inflight atomic.Int32
 	// stream is the upstream stream this connection is pinned to.
 	stream atomic.Pointer[stream]
 

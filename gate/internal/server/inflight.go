@@ -3,6 +3,7 @@ package server
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -19,10 +20,20 @@ type pendingReq struct {
 	command uint16
 	sent    time.Time
 	st      *stream
-	elem    *list.Element
+	// slots is the owning connection's in-flight count, released when the
+	// request leaves the set however it leaves (nil in tests).
+	slots *atomic.Int32
+	elem  *list.Element
 	// next chains requests with the same key (a client reusing ids while
 	// one is in flight); logic answers a connection in order, so FIFO.
 	next *pendingReq
+}
+
+// release gives the request's slot back to its connection.
+func (p *pendingReq) release() {
+	if p.slots != nil {
+		p.slots.Add(-1)
+	}
 }
 
 // inflight tracks one stream's unanswered requests, bounded by max. Each
@@ -90,6 +101,7 @@ func (f *inflight) remove(p *pendingReq) bool {
 func (f *inflight) unlinkLocked(p *pendingReq) {
 	f.order.Remove(p.elem)
 	p.elem = nil
+	p.release()
 	head := f.byKey[p.key]
 	if head == p {
 		if p.next != nil {
@@ -132,6 +144,7 @@ func (f *inflight) drain() []*pendingReq {
 	for e := f.order.Front(); e != nil; e = e.Next() {
 		p := e.Value.(*pendingReq)
 		p.elem, p.next = nil, nil
+		p.release()
 		out = append(out, p)
 	}
 	f.order.Init()

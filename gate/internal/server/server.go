@@ -101,6 +101,9 @@ func New(opts Options) (*Server, error) {
 	if cfg.OutboundQueue <= 0 {
 		cfg.OutboundQueue = 256
 	}
+	if cfg.MaxInflightPerConn <= 0 {
+		cfg.MaxInflightPerConn = 64
+	}
 	if cfg.RequestTimeout <= 0 {
 		cfg.RequestTimeout = 10 * time.Second
 	}
@@ -149,6 +152,7 @@ func (s *Server) Start(ctx context.Context) error {
 		LogicAddrs:      s.cfg.LogicAddrs,
 		StreamsPerLogic: s.cfg.StreamsPerLogic,
 		MaxInflight:     s.cfg.MaxInflight,
+		MaxPerConn:      s.cfg.MaxInflightPerConn,
 		RequestTimeout:  s.cfg.RequestTimeout,
 	}, s.log, s.metrics, s)
 	if err != nil {

@@ -48,7 +48,9 @@ type UpstreamConfig struct {
 	LogicAddrs      []string
 	StreamsPerLogic int
 	MaxInflight     int
-	RequestTimeout  time.Duration
+	// MaxPerConn bounds one connection's share of MaxInflight.
+	MaxPerConn     int
+	RequestTimeout time.Duration
 }
 
 // Upstream keeps the Gateway.Connect streams to every logic instance and
@@ -91,6 +93,9 @@ func NewUpstream(cfg UpstreamConfig, log *zap.Logger, m *Metrics, h responder) (
 	}
 	if cfg.MaxInflight < 1 {
 		cfg.MaxInflight = 1
+	}
+	if cfg.MaxPerConn < 1 {
+		cfg.MaxPerConn = cfg.MaxInflight
 	}
 	u := &Upstream{cfg: cfg, log: log, metrics: m, handler: h, draining: make(chan struct{})}
 	for _, addr := range cfg.LogicAddrs {
@@ -192,8 +197,9 @@ func (u *Upstream) anyLive(connID uint64) *stream {
 }
 
 // Forward queues one client frame for logic. It reports false when the gate
-// must answer 50301 itself: no live stream, in-flight full or send queue
-// full. It never blocks.
+// must answer 50301 itself: no live stream, the connection at its own
+// in-flight cap, the stream's in-flight full or send queue full. It never
+// blocks.
 func (u *Upstream) Forward(ctx context.Context, c *Conn, sess *logicv1.Session, h frame.Header, body []byte) bool {
 	if ctx.Err() != nil {
 		return false
@@ -202,13 +208,22 @@ func (u *Upstream) Forward(ctx context.Context, c *Conn, sess *logicv1.Session, 
 	if st == nil {
 		return false
 	}
+	// The connection's own cap is taken first, so a connection at it never
+	// holds one of the stream's shared slots for its excess.
+	if int(c.inflight.Add(1)) > u.cfg.MaxPerConn {
+		c.inflight.Add(-1)
+		u.metrics.ConnInflightRejects.Add(1)
+		return false
+	}
 	p := &pendingReq{
 		key:     reqKey{conn: c.id, req: h.RequestID, seq: h.SequenceID},
 		command: h.Command,
 		sent:    time.Now(),
 		st:      st,
+		slots:   &c.inflight,
 	}
 	if !st.infl.add(p) {
+		c.inflight.Add(-1)
 		return false
 	}
 	f := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Request{Request: &logicv1.Request{
