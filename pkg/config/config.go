@@ -121,9 +121,12 @@ type Logic struct {
 	// message.
 	RecallWindow time.Duration `mapstructure:"recall_window"`
 	// CommitWorkers is the number of group-commit workers of the send
-	// path (each runs one transaction at a time; negative: one
-	// transaction per send), CommitBatch the most sends one transaction
-	// takes.
+	// path (each runs one transaction at a time, taking the sends waiting
+	// at that moment), CommitBatch the most sends one transaction takes.
+	// Both must be at least 1: every send goes through the group commit
+	// (there is no one-transaction-per-send mode to select), so a 0 or a
+	// negative value, e.g. an old "-1 = off", is refused at start rather
+	// than silently meaning something else.
 	CommitWorkers int `mapstructure:"commit_workers"`
 	CommitBatch   int `mapstructure:"commit_batch"`
 	// GroupMaxMembers is the member limit a new group gets (its
@@ -207,7 +210,7 @@ var defaults = map[string]any{
 	"logic.send_rate":            100.0,
 	"logic.send_burst":           400,
 	"logic.recall_window":        2 * time.Minute,
-	"logic.commit_workers":       -1,
+	"logic.commit_workers":       4, // = message.DefaultCommitWorkers
 	"logic.commit_batch":         64,
 	"logic.group_max_members":    10000,
 	"logic.p2p_policy":           P2POpen,
@@ -254,6 +257,10 @@ func Load(path string) (*Config, error) {
 	}
 	if c.Queue.Partitions < 1 {
 		return nil, errors.New("config: queue.partitions must be at least 1")
+	}
+	if c.Logic.CommitWorkers < 1 || c.Logic.CommitBatch < 1 {
+		return nil, fmt.Errorf("config: logic.commit_workers (%d) and logic.commit_batch (%d) must be at least 1: every send goes through the group commit",
+			c.Logic.CommitWorkers, c.Logic.CommitBatch)
 	}
 	if c.Logic.GroupMaxMembers < 1 {
 		return nil, errors.New("config: logic.group_max_members must be at least 1")

@@ -40,6 +40,8 @@ func TestLoad(t *testing.T) {
 		{"group member limit default", c.Logic.GroupMaxMembers, 10000},
 		{"p2p policy default", c.Logic.P2PPolicy, P2POpen},
 		{"system user default", c.Logic.SystemUserID, int64(1)},
+		{"group commit on by default", c.Logic.CommitWorkers, 4},
+		{"commit batch default", c.Logic.CommitBatch, 64},
 		{"no client advertise by default", len(c.Gate.ClientAdvertise), 0},
 	}
 	for _, tt := range tests {
@@ -71,6 +73,16 @@ func TestLoad(t *testing.T) {
 		t.Setenv("IM_LOGIC_SYSTEM_USER_ID", tt.id)
 		if _, err := Load(""); (err != nil) != tt.wantErr {
 			t.Errorf("system_user_id %s: err = %v, want error %v", tt.id, err, tt.wantErr)
+		}
+	}
+	t.Setenv("IM_LOGIC_SYSTEM_USER_ID", "1")
+	for _, tt := range []struct {
+		workers string
+		wantErr bool
+	}{{"1", false}, {"8", false}, {"0", true}, {"-1", true}} {
+		t.Setenv("IM_LOGIC_COMMIT_WORKERS", tt.workers)
+		if _, err := Load(""); (err != nil) != tt.wantErr {
+			t.Errorf("commit_workers %s: err = %v, want error %v", tt.workers, err, tt.wantErr)
 		}
 	}
 	if RequireSecret("logic.jwt_secret", "") == nil {

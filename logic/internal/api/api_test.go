@@ -169,7 +169,7 @@ func newEnv(t *testing.T) *env {
 	}
 	groupSvc := group.New(st, gen, group.Config{})
 	sendSvc := message.New(st, rdb, gen, message.Config{
-		MsgIDWindow: 5 * time.Minute, EnqueueRetries: 2, Partitions: 4, CommitWorkers: -1,
+		MsgIDWindow: 5 * time.Minute, EnqueueRetries: 2, Partitions: 4,
 		Conversations: conversation.NewResolver(st, gen.Next, relSvc, groupSvc),
 	}, nil, nil)
 	t.Cleanup(sendSvc.Close)

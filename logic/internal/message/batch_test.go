@@ -14,6 +14,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -418,5 +419,149 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 				t.Fatalf("%d transactions for %d messages: no batch formed", commits, sent)
 			}
 		})
+	}
+}
+
+// The library's group-commit defaults are the config's: a Service built
+// with a zero Config, as tests build it, runs what production runs.
+func TestCommitDefaultsMatchConfig(t *testing.T) {
+	c, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Logic.CommitWorkers != message.DefaultCommitWorkers || c.Logic.CommitBatch != message.DefaultCommitBatch {
+		t.Fatalf("config commit_workers %d, commit_batch %d; library defaults %d, %d",
+			c.Logic.CommitWorkers, c.Logic.CommitBatch, message.DefaultCommitWorkers, message.DefaultCommitBatch)
+	}
+}
+
+// A lone send is not held back to form a batch: it commits in a batch of
+// its own and is answered while no other send exists (a committer that
+// waited for company, for a count or a timer's worth, would hold it). Sends
+// that arrive while a batch commits form the next batch together: batches
+// form by waiting for the previous commit.
+func TestSendLoneNotDelayed(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 2)
+	ctx := context.Background()
+	svc, _, m, start, queued := e.paused(t, 33, message.Config{CommitWorkers: 1})
+	var (
+		mu    sync.Mutex
+		sizes []int
+		hold  chan struct{} // when set, the next batch waits for it to close
+	)
+	message.OnBatch(svc, func(n int) {
+		mu.Lock()
+		sizes = append(sizes, n)
+		h := hold
+		hold = nil
+		mu.Unlock()
+		if h != nil {
+			<-h
+		}
+	})
+	start()
+	send := func(cid string) (*protocol.SendAck, error) {
+		return svc.Send(ctx, message.Sender{UserID: u[0], DeviceID: "d"}, sendReq(body("to_user_id", u[1], "client_msg_id", cid, "message_type", 1, "content", text(cid))))
+	}
+	batches := func() []int {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]int(nil), sizes...)
+	}
+
+	// Alone, twice: each is answered before the next exists.
+	for _, cid := range []string{"lone1", "lone2"} {
+		if _, err := send(cid); err != nil {
+			t.Fatalf("%s: %v", cid, err)
+		}
+	}
+	if got := fmt.Sprint(batches()); got != "[1 1]" {
+		t.Fatalf("batches %s, want [1 1]: each lone send in its own batch", got)
+	}
+
+	// A batch in flight (held at its start); three sends arrive meanwhile
+	// and go together in the next one.
+	release := make(chan struct{})
+	mu.Lock()
+	hold = release
+	mu.Unlock()
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = send(fmt.Sprint("busy", i))
+		}()
+		if i == 0 { // the held batch has taken it
+			for len(batches()) < 3 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	for queued() < 3 {
+		time.Sleep(time.Millisecond)
+	}
+	close(release)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if got := fmt.Sprint(batches()); got != "[1 1 1 3]" {
+		t.Fatalf("batches %s, want [1 1 1 3]", got)
+	}
+	if got := batchCommits(m, "ok"); got != 4 {
+		t.Fatalf("%d transactions, want 4", got)
+	}
+}
+
+// Retries inside a batch are answered from the batch's one idempotency
+// lookup: the original ack (and a new job) for a retry, 40901 for a reused
+// client_msg_id with other content; the batch's new sends commit in one
+// transaction beside them, with no fallback.
+func TestSendBatchReplays(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 2)
+	a, b := u[0], u[1]
+	ctx := context.Background()
+	svc, _, _, start, _ := e.paused(t, 34, message.Config{CommitWorkers: 1})
+	msg := func(cid, txt string) batchSend {
+		return batchSend{message.Sender{UserID: a, DeviceID: "d"}, body("to_user_id", b, "client_msg_id", cid, "message_type", 1, "content", text(txt))}
+	}
+	start()
+	first, err := svc.Send(ctx, msg("k1", "one").from, sendReq(msg("k1", "one").body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := first.ConversationID.Int64()
+	svc2, _, m2, start2, queued2 := e.paused(t, 35, message.Config{CommitWorkers: 1})
+	res := sendBatch(t, svc2, start2, queued2, []batchSend{msg("k2", "two"), msg("k1", "one"), msg("k1", "changed"), msg("k3", "three")})
+	codes := make([]errcode.Code, len(res))
+	for i, r := range res {
+		codes[i] = code(r.err)
+	}
+	if fmt.Sprint(codes) != fmt.Sprint([]errcode.Code{errcode.OK, errcode.OK, errcode.Conflict, errcode.OK}) {
+		t.Fatalf("codes %v (%v)", codes, res)
+	}
+	x, _ := json.Marshal(first)
+	y, _ := json.Marshal(res[1].ack)
+	if string(x) != string(y) {
+		t.Fatalf("replay ack %s, want the original %s", y, x)
+	}
+	if n := e.jobs(t, conv, first.MsgID.Int64()); n != 2 {
+		t.Fatalf("%d jobs for the replayed message, want 2 (the send and its retry)", n)
+	}
+	if !(res[0].ack.MsgID.Int64() < res[3].ack.MsgID.Int64()) {
+		t.Fatalf("new ids %d, %d not in arrival order", res[0].ack.MsgID.Int64(), res[3].ack.MsgID.Int64())
+	}
+	if ok, fb := batchCommits(m2, "ok"), batchCommits(m2, "fallback"); ok != 1 || fb != 0 {
+		t.Fatalf("%d transactions, %d fallbacks; want 1, 0", ok, fb)
+	}
+	var rows int
+	if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE conversation_id = ?", conv); err != nil || rows != 3 {
+		t.Fatalf("%d rows (%v), want 3", rows, err)
 	}
 }

@@ -1,6 +1,7 @@
 package message
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"sync"
@@ -56,6 +57,9 @@ type outcome struct {
 	// error (nil: enqueued).
 	job        *queuev1.DeliverJob
 	enqueueErr error
+	// replay: the send's key was found, row is the stored message (a
+	// retry of a committed send).
+	replay bool
 }
 
 // committer is the group commit of sends (DESIGN.md §6 Send): K workers
@@ -73,6 +77,9 @@ type committer struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	once    sync.Once
+	// onBatch, when set (tests), is told the size of every batch a worker
+	// formed, before its lookup and transaction.
+	onBatch func(size int)
 }
 
 // newCommitter returns a committer whose workers start with start. The
@@ -167,7 +174,10 @@ func (c *committer) work(ctx context.Context) {
 	}
 }
 
-// commit runs one batch and answers each of its sends.
+// commit runs one batch and answers each of its sends: one idempotency
+// lookup for every key of the batch (replays are answered from it), one
+// transaction for the rest, and one pipelined round trip of XADDs for
+// every job (new and replayed) before any answer goes out.
 func (c *committer) commit(ctx context.Context, all []*pending) {
 	// A send whose caller already gave up is not written: it has been
 	// answered 50301 and never committed.
@@ -182,15 +192,86 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	if len(batch) == 0 {
 		return
 	}
+	if c.onBatch != nil {
+		c.onBatch(len(batch))
+	}
 	ctx, cancel := context.WithTimeout(ctx, batchTimeout)
 	defer cancel()
 	s := c.s
-	nms := make([]store.NewMessage, len(batch))
+	s.metrics.SendBatchSize.Observe(float64(len(batch)))
+	out := make([]outcome, len(batch))
+
+	// Idempotency first (DESIGN.md §6): a send whose key exists is a
+	// retry, answered with the stored row (or 40901) and enqueued again
+	// (decision 9); it takes no part in the transaction.
+	keys := make([]store.ClientKey, len(batch))
 	for i, p := range batch {
-		nms[i] = p.nm
+		keys[i] = store.ClientKey{SenderID: p.nm.SenderID, ConversationID: p.nm.ConversationID, ClientMsgID: p.nm.ClientMsgID}
 	}
-	choose := func(ctx context.Context, i int, last int64, now time.Time) (int64, error) {
-		if id := batch[i].msgID; s.acceptClientID(id, last, now) {
+	found, err := s.store.FindByClientMsgIDs(ctx, keys)
+	if err != nil {
+		s.metrics.SendCommits.WithLabelValues("error").Inc()
+		for _, p := range batch {
+			p.outcome <- outcome{err: busy("idempotency lookup", err)}
+		}
+		return
+	}
+	fresh := make([]int, 0, len(batch)) // indexes of the sends to insert
+	for i, p := range batch {
+		row, ok := found[keys[i]]
+		switch {
+		case !ok:
+			fresh = append(fresh, i)
+		case row.MessageType != p.nm.MessageType || !bytes.Equal(row.Content, p.nm.Content):
+			out[i].err = errcode.New(errcode.Conflict, "client_msg_id already used with different content")
+		default:
+			out[i].row, out[i].replay = row, true
+		}
+	}
+
+	if len(fresh) > 0 && !c.insert(ctx, batch, fresh, out) {
+		// The transaction was refused as a whole: its sends were told to
+		// fall back (or got 50301); the replays still get their jobs.
+		fresh = fresh[:0]
+	}
+
+	now := time.Now()
+	jobs := make([]*queuev1.DeliverJob, 0, len(batch))
+	idx := make([]int, 0, len(batch))
+	for i, p := range batch {
+		if out[i].err != nil || out[i].fallback || out[i].row.ID == 0 {
+			continue
+		}
+		job, err := Job(out[i].row, p.conv, p.flags, now)
+		if err != nil {
+			out[i].err = errcode.Wrap(errcode.Internal, "", err)
+			continue
+		}
+		out[i].job = job
+		jobs = append(jobs, job)
+		idx = append(idx, i)
+	}
+	errs := s.enqueuePipelined(ctx, jobs)
+	for k, i := range idx {
+		out[i].enqueueErr = errs[k]
+	}
+	for i, p := range batch {
+		p.outcome <- out[i]
+	}
+}
+
+// insert commits the sends batch[fresh] in one transaction and records
+// each one's row (or error) in out. It returns false when the transaction
+// was refused as a whole; out then tells those sends to fall back or
+// carries their 50301.
+func (c *committer) insert(ctx context.Context, batch []*pending, fresh []int, out []outcome) bool {
+	s := c.s
+	nms := make([]store.NewMessage, len(fresh))
+	for k, i := range fresh {
+		nms[k] = batch[i].nm
+	}
+	choose := func(ctx context.Context, k int, last int64, now time.Time) (int64, error) {
+		if id := batch[fresh[k]].msgID; s.acceptClientID(id, last, now) {
 			return id, nil
 		}
 		return s.ids.NextAfter(ctx, last)
@@ -208,7 +289,6 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 			break
 		}
 	}
-	s.metrics.SendBatchSize.Observe(float64(len(batch)))
 	switch {
 	case err == nil:
 		s.metrics.SendCommits.WithLabelValues("ok").Inc()
@@ -216,50 +296,30 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 		// A duplicate key (a concurrent identical send, a reused client
 		// msg_id), a failed id choice, or lock trouble that outlasted the
 		// retries: each send goes through the single-send path, which
-		// tells these cases apart exactly as before batching.
+		// tells these cases apart exactly as one transaction per send.
 		s.metrics.SendCommits.WithLabelValues("fallback").Inc()
-		for _, p := range batch {
-			p.outcome <- outcome{fallback: true}
+		for _, i := range fresh {
+			out[i].fallback = true
 		}
-		return
+		return false
 	default:
 		s.metrics.SendCommits.WithLabelValues("error").Inc()
-		for _, p := range batch {
-			p.outcome <- outcome{err: busy("commit", err)}
+		for _, i := range fresh {
+			out[i].err = busy("commit", err)
 		}
-		return
+		return false
 	}
-
-	now := time.Now()
-	out := make([]outcome, len(batch))
-	jobs := make([]*queuev1.DeliverJob, 0, len(batch))
-	idx := make([]int, 0, len(batch))
-	for i, p := range batch {
-		if res.Missing[i] {
+	for k, i := range fresh {
+		if res.Missing[k] {
 			out[i].err = errcode.New(errcode.NotFound, "conversation not found")
 			continue
 		}
-		out[i].row = res.Rows[i]
+		out[i].row = res.Rows[k]
 		if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
 			out[i].err = busy("after commit", err)
-			continue
 		}
-		job, err := Job(res.Rows[i], p.conv, p.flags, now)
-		if err != nil {
-			out[i].err = errcode.Wrap(errcode.Internal, "", err)
-			continue
-		}
-		out[i].job = job
-		jobs = append(jobs, job)
-		idx = append(idx, i)
 	}
-	errs := s.enqueuePipelined(ctx, jobs)
-	for k, i := range idx {
-		out[i].enqueueErr = errs[k]
-	}
-	for i, p := range batch {
-		p.outcome <- out[i]
-	}
+	return true
 }
 
 // enqueuePipelined makes the first XADD attempt of every job in one round

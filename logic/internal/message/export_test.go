@@ -12,16 +12,10 @@ import (
 // up until start is called, so a test can form one batch exactly, in a
 // known arrival order. Queued reports how many sends wait.
 func NewPaused(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) (s *Service, start func(), queued func() int) {
-	workers := cfg.CommitWorkers
-	if workers <= 0 {
-		workers = DefaultCommitWorkers
-	}
-	cfg.CommitWorkers = -1
-	s = New(st, rdb, ids, cfg, log, m)
-	s.cfg.CommitWorkers = workers
-	if s.cfg.CommitBatch <= 0 {
-		s.cfg.CommitBatch = DefaultCommitBatch
-	}
-	s.group = newCommitter(s, workers, s.cfg.CommitBatch)
-	return s, func() { s.group.start(workers) }, func() int { return len(s.group.queue) }
+	s = newService(st, rdb, ids, cfg, log, m)
+	return s, func() { s.group.start(s.cfg.CommitWorkers) }, func() int { return len(s.group.queue) }
 }
+
+// OnBatch makes s report the size of every batch its workers form. Call it
+// before the first send.
+func OnBatch(s *Service, f func(size int)) { s.group.onBatch = f }

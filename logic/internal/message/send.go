@@ -86,20 +86,21 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 	if err != nil {
 		return nil, err
 	}
-	// Idempotency first: a retry of a committed send gets its original
-	// answer even if permissions changed since.
-	if conv.ID != 0 {
-		if ack, found, err := s.replay(ctx, from, conv, &req, content); found || err != nil {
-			return ack, err
+	opened, err := s.convs.Open(ctx, conversation.Sender{UserID: from.UserID, System: from.System}, conv, time.Now())
+	if err != nil {
+		// Idempotency comes before permissions: a retry of a committed
+		// send gets its original answer even if permissions changed since.
+		// The batch looks its sends up together; a refused send looks
+		// itself up here, so only refusals pay a statement of their own.
+		if conv.ID != 0 {
+			if ack, found, rerr := s.replay(ctx, from, conv, &req, content); found || rerr != nil {
+				return ack, rerr
+			}
 		}
-	}
-	if conv, err = s.convs.Open(ctx, conversation.Sender{UserID: from.UserID, System: from.System}, conv, time.Now()); err != nil {
 		return nil, err
 	}
+	conv = opened
 
-	if s.group == nil {
-		return s.sendOne(ctx, from, conv, &req, content)
-	}
 	o, err := s.group.submit(ctx, &pending{
 		ctx: ctx,
 		nm: store.NewMessage{
@@ -121,13 +122,16 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 			return nil, err
 		}
 	}
-	s.logCommitted(o.row, from)
+	if !o.replay {
+		s.logCommitted(o.row, from)
+	}
 	return ackOf(o.row), nil
 }
 
-// sendOne is the single-send path: its own transaction, then the enqueue.
-// The group commit falls back to it whenever a batch is refused, as it
-// handles every per-row case (duplicates, a reused client msg_id).
+// sendOne commits one send in its own transaction, then enqueues it. It is
+// not a mode: the group commit falls back to it for the sends of a batch
+// the database refused, as it handles every per-row case (duplicates, a
+// reused client msg_id) one at a time.
 func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*protocol.SendAck, error) {
 	row, err := s.commit(ctx, from, conv, req, content)
 	if errors.Is(err, errReplay) {
@@ -159,7 +163,10 @@ func (s *Service) logCommitted(row store.Message, from Sender) {
 
 // replay answers a send whose (sender, conversation, client_msg_id) row
 // exists: same type and content → enqueue again and the original ack;
-// different → 40901. found is false when there is no row.
+// different → 40901. found is false when there is no row. The batch does
+// this lookup for all its sends in one statement; replay is the lookup of
+// one send, for the single-send fallback and for a send its permissions
+// refused.
 func (s *Service) replay(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*protocol.SendAck, bool, error) {
 	row, err := s.store.FindByClientMsgID(ctx, from.UserID, conv.ID, req.ClientMsgID)
 	if errors.Is(err, store.ErrNotFound) {

@@ -35,8 +35,10 @@ type Config struct {
 	// message (logic.recall_window); ≤ 0 means DefaultRecallWindow.
 	RecallWindow time.Duration
 	// CommitWorkers is the number of group-commit workers
-	// (logic.commit_workers): 0 means DefaultCommitWorkers, negative
-	// commits every send in its own transaction.
+	// (logic.commit_workers), each running one transaction at a time;
+	// ≤ 0 means DefaultCommitWorkers. Every send goes through the group
+	// commit: there is no one-transaction-per-send mode to select, so
+	// tests run the path production runs.
 	CommitWorkers int
 	// CommitBatch is the most sends one group-commit transaction takes
 	// (logic.commit_batch); ≤ 0 means DefaultCommitBatch.
@@ -60,12 +62,12 @@ type Service struct {
 
 	// convs resolves and authorizes send targets.
 	convs *conversation.Resolver
-	// group is the group commit of sends (nil: one transaction per send).
+	// group is the group commit every send goes through.
 	group *committer
 }
 
-// New returns a Service.
-func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) *Service {
+// newService returns a Service with its committer built but not started.
+func newService(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) *Service {
 	if cfg.EnqueueRetries < 1 {
 		cfg.EnqueueRetries = 1
 	}
@@ -81,7 +83,7 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 	if m == nil {
 		m = metrics.New(nil)
 	}
-	if cfg.CommitWorkers == 0 {
+	if cfg.CommitWorkers <= 0 {
 		cfg.CommitWorkers = DefaultCommitWorkers
 	}
 	if cfg.CommitBatch <= 0 {
@@ -94,10 +96,14 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 		store: st, rdb: rdb, ids: ids, cfg: cfg, log: log, metrics: m,
 		convs: cfg.Conversations,
 	}
-	if cfg.CommitWorkers > 0 {
-		s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
-		s.group.start(cfg.CommitWorkers)
-	}
+	s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
+	return s
+}
+
+// New returns a Service whose group-commit workers run.
+func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) *Service {
+	s := newService(st, rdb, ids, cfg, log, m)
+	s.group.start(s.cfg.CommitWorkers)
 	return s
 }
 
@@ -105,9 +111,7 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 // still queued, and later ones, answer 50301. Call it after the gateway
 // drained its requests.
 func (s *Service) Close() {
-	if s.group != nil {
-		s.group.close()
-	}
+	s.group.close()
 }
 
 // Sender is the authenticated sending device.

@@ -18,7 +18,9 @@ type Metrics struct {
 	Kicks *prometheus.CounterVec
 	// Streams is the number of open gateway streams.
 	Streams prometheus.Gauge
-	// SendBatchSize is the number of sends per group-commit transaction.
+	// SendBatchSize is the number of sends per group-commit batch (the
+	// sends a worker took at once, retries answered from its lookup
+	// included).
 	SendBatchSize prometheus.Histogram
 	// SendCommits counts group-commit transactions by result: ok,
 	// fallback (rolled back, committed one by one) or error.
@@ -55,7 +57,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		SendBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "spark", Subsystem: "logic", Name: "send_batch_size",
-			Help:    "Sends per group-commit transaction.",
+			Help:    "Sends per group-commit batch (retries answered from its lookup included).",
 			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256},
 		}),
 		SendCommits: prometheus.NewCounterVec(prometheus.CounterOpts{

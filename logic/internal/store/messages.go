@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -40,6 +41,55 @@ func (s *Store) FindByClientMsgID(ctx context.Context, senderID, conversationID 
 		return Message{}, ErrNotFound
 	}
 	return m, err
+}
+
+// ClientKey is a send's idempotency key: the unique key
+// (sender_id, conversation_id, client_msg_id) of t_messages.
+type ClientKey struct {
+	SenderID       int64
+	ConversationID int64
+	ClientMsgID    string
+}
+
+// FindByClientMsgIDs is the idempotency lookup of a whole batch of sends in
+// one statement: the rows that exist among keys, keyed by their ClientKey
+// (absent keys are simply missing). The row-constructor IN is a range scan
+// of uk_sender_conv_client_msg on MariaDB 10.11 (one range per key), so the
+// cost is that of the per-send lookups without their round trips.
+func (s *Store) FindByClientMsgIDs(ctx context.Context, keys []ClientKey) (map[ClientKey]Message, error) {
+	out := make(map[ClientKey]Message, len(keys))
+	if len(keys) == 0 {
+		return out, nil
+	}
+	var b strings.Builder
+	args := make([]any, 0, 3*len(keys))
+	b.WriteString("SELECT " + messageColumns + " FROM t_messages WHERE (sender_id, conversation_id, client_msg_id) IN (")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString("(?,?,?)")
+		args = append(args, k.SenderID, k.ConversationID, k.ClientMsgID)
+	}
+	b.WriteByte(')')
+	rows, err := s.db.QueryContext(ctx, b.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("store: idempotency lookup of %d sends: %w", len(keys), err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		// Scanned by hand, not through sqlx's reflection: this runs for
+		// every batch.
+		var m Message
+		if err := rows.Scan(&m.ID, &m.ConversationID, &m.SenderID, &m.SenderDevice, &m.ClientMsgID, &m.MessageType, &m.Content, &m.Status, &m.CreatedAt); err != nil {
+			return nil, fmt.Errorf("store: idempotency lookup: %w", err)
+		}
+		out[ClientKey{SenderID: m.SenderID, ConversationID: m.ConversationID, ClientMsgID: m.ClientMsgID}] = m
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("store: idempotency lookup: %w", err)
+	}
+	return out, nil
 }
 
 // MessagesAfter returns up to limit messages of a conversation with after <
