@@ -50,6 +50,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzCanonicalContent -fuzztime=30s ./pkg/protocol
 	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./pkg/route
 	$(GO) test -run=^$$ -fuzz=FuzzUnmarshal -fuzztime=15s ./pkg/jsonid
+	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./gate/internal/proxyproto
 
 proto:
 	proto/gen.sh
