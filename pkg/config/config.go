@@ -86,6 +86,16 @@ type Gate struct {
 	// RequestTimeout is how long a forwarded request may wait for logic
 	// before the gate answers 50301.
 	RequestTimeout time.Duration `mapstructure:"request_timeout"`
+	// ProxyProtocol makes every client connection start with a PROXY
+	// protocol v1 or v2 header from an L4 balancer, naming the client's
+	// real address. Only peers in ProxyTrustedCIDRs (CIDRs or bare
+	// addresses; required when on) may connect, since a header from
+	// anyone else would let a client choose its own address; a header
+	// that is malformed or not complete within ProxyHeaderTimeout closes
+	// the connection.
+	ProxyProtocol      bool          `mapstructure:"proxy_protocol"`
+	ProxyTrustedCIDRs  []string      `mapstructure:"proxy_trusted_cidrs"`
+	ProxyHeaderTimeout time.Duration `mapstructure:"proxy_header_timeout"`
 }
 
 // MySQL is the database of logic.
@@ -192,6 +202,9 @@ var defaults = map[string]any{
 	"gate.outbound_queue":        256,
 	"gate.shards":                64,
 	"gate.request_timeout":       10 * time.Second,
+	"gate.proxy_protocol":        false,
+	"gate.proxy_trusted_cidrs":   []string{},
+	"gate.proxy_header_timeout":  3 * time.Second,
 	"logic.grpc_addr":            "127.0.0.1:9000",
 	"logic.admin_addr":           "127.0.0.1:9020",
 	"logic.machine_id":           1,

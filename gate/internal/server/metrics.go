@@ -21,9 +21,12 @@ type Metrics struct {
 	// connection's own in-flight cap.
 	ConnInflightRejects atomic.Uint64
 	PushAcks            atomic.Uint64
-	LateResponses       atomic.Uint64
-	ClosedDropped       atomic.Uint64
-	StreamsUp           atomic.Int64
+	// ProxyRejects counts connections closed in the PROXY stage
+	// (untrusted source, malformed or late header).
+	ProxyRejects  atomic.Uint64
+	LateResponses atomic.Uint64
+	ClosedDropped atomic.Uint64
+	StreamsUp     atomic.Int64
 	// Resyncs counts Resync requests from logic; RebindsSent the bindings
 	// reported in answer.
 	Resyncs     atomic.Uint64
@@ -62,6 +65,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		counter("responses_dropped_total", "Request answers dropped because an outbound queue was full.", &m.ResponsesDropped),
 		counter("busy_rejects_total", "Requests the gate answered 50301 itself.", &m.BusyRejects),
 		counter("conn_inflight_rejects_total", "Requests answered 50301 because their connection was at gate.max_inflight_per_conn.", &m.ConnInflightRejects),
+		counter("proxy_rejects_total", "Connections closed before a valid PROXY header arrived (untrusted source, malformed, too slow).", &m.ProxyRejects),
 		counter("push_acks_total", "PUSH_ACK frames received.", &m.PushAcks),
 		counter("late_responses_total", "Responses from logic that arrived after their request was answered.", &m.LateResponses),
 		counter("closed_dropped_total", "Closed notifications that could not be queued to logic.", &m.ClosedDropped),

@@ -62,6 +62,9 @@ type Server struct {
 	connIDs *ConnIDs
 	sweeper *Sweeper
 	drain   time.Duration
+	// proxy is the PROXY protocol stage, nil when gate.proxy_protocol is
+	// off.
+	proxy *proxyPolicy
 
 	// ctx is the base of every connection's context; set once by Start.
 	ctx    context.Context
@@ -114,8 +117,17 @@ func New(opts Options) (*Server, error) {
 	if drain <= 0 {
 		drain = 5 * time.Second
 	}
+	var proxy *proxyPolicy
+	if cfg.ProxyProtocol {
+		p, err := newProxyPolicy(cfg.ProxyTrustedCIDRs, cfg.ProxyHeaderTimeout)
+		if err != nil {
+			return nil, err
+		}
+		proxy = p
+	}
 	t := NewTable(cfg.Shards)
 	return &Server{
+		proxy:    proxy,
 		cfg:      cfg,
 		secret:   opts.ClusterSecret,
 		log:      opts.Logger,

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cloudwego/netpoll"
+	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/pkg/frame"
 )
@@ -14,13 +17,21 @@ import (
 // connKey is the netpoll connection context's key for its *tcpConn.
 type connKey struct{}
 
-// tcpConn is the plain-TCP transport of one netpoll connection: it feeds
-// the bytes netpoll has read to the stream decoder and the decoded frames
-// to the session, and writes the session's frames to the socket.
+// tcpConn is the plain-TCP transport of one netpoll connection: it reads
+// the PROXY header when gate.proxy_protocol is on, then feeds the bytes
+// netpoll has read to the stream decoder and the decoded frames to the
+// session, and writes the session's frames to the socket.
 type tcpConn struct {
 	s   *Server
 	nc  netpoll.Connection
 	dec streamDecoder
+
+	// proxyBuf holds a PROXY header that has not fully arrived; awaiting
+	// is set until the header is complete, for the header deadline's
+	// timer.
+	proxyBuf   []byte
+	awaiting   atomic.Bool
+	proxyTimer *time.Timer
 
 	// c is the session; it is set in the event loop (onPrepare or
 	// onRequest) and read by the close callback, hence mu.
@@ -49,7 +60,7 @@ func (t *tcpConn) Kind() string { return "tcp" }
 func (t *tcpConn) open(realIP string) *Conn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.closed {
+	if t.closed || t.s.draining.Load() {
 		return nil
 	}
 	t.c = t.s.openSession(t, realIP)
@@ -62,6 +73,9 @@ func (t *tcpConn) onClosed(netpoll.Connection) error {
 	t.closed = true
 	c := t.c
 	t.mu.Unlock()
+	if t.proxyTimer != nil {
+		t.proxyTimer.Stop()
+	}
 	if c != nil {
 		t.s.closeSession(c)
 	}
@@ -107,9 +121,33 @@ func (s *Server) onPrepare(nc netpoll.Connection) context.Context {
 		return s.ctx
 	}
 	t := &tcpConn{s: s, nc: nc, dec: streamDecoder{maxFrame: s.cfg.MaxFrameSize}}
-	t.open(remoteIP(nc.RemoteAddr()))
+	if s.proxy == nil {
+		t.open(remoteIP(nc.RemoteAddr()))
+		_ = nc.AddCloseCallback(t.onClosed)
+		return context.WithValue(s.ctx, connKey{}, t)
+	}
+	// The session starts only once the header names the client, so
+	// nothing (logs, logic's real_ip) ever sees the balancer's address.
+	if !s.proxy.trusts(nc.RemoteAddr()) {
+		s.proxyReject(nc, "untrusted source", nil)
+		return s.ctx
+	}
+	t.awaiting.Store(true)
+	t.proxyTimer = time.AfterFunc(s.proxy.timeout, func() {
+		if t.awaiting.Load() {
+			s.proxyReject(nc, "header timeout", nil)
+		}
+	})
 	_ = nc.AddCloseCallback(t.onClosed)
 	return context.WithValue(s.ctx, connKey{}, t)
+}
+
+// proxyReject closes a connection that failed the PROXY stage.
+func (s *Server) proxyReject(nc netpoll.Connection, reason string, err error) {
+	s.metrics.ProxyRejects.Add(1)
+	s.log.Debug("proxy header refused, closing", zap.String("peer", remoteIP(nc.RemoteAddr())),
+		zap.String("reason", reason), zap.Error(err))
+	_ = nc.Close()
 }
 
 // onRequest consumes every readable byte, because returning with unread
@@ -118,11 +156,32 @@ func (s *Server) onPrepare(nc netpoll.Connection) context.Context {
 // decoder's own, and anything after a close is discarded.
 func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 	t, ok := ctx.Value(connKey{}).(*tcpConn)
-	if !ok || t.c == nil {
+	if !ok {
 		return nc.Close()
 	}
 	r := nc.Reader()
 	defer func() { _ = r.Release() }()
+	if t.c == nil {
+		if !t.awaiting.Load() {
+			_ = r.Skip(r.Len())
+			return nc.Close()
+		}
+		realIP, err := t.readProxyHeader(r)
+		if err != nil {
+			_ = r.Skip(r.Len())
+			s.proxyReject(nc, "bad header", err)
+			return nil
+		}
+		if realIP == "" {
+			return nil
+		}
+		t.awaiting.Store(false)
+		t.proxyTimer.Stop()
+		if t.open(realIP) == nil {
+			_ = r.Skip(r.Len())
+			return nc.Close()
+		}
+	}
 	err := t.dec.feed(ctx, r, t)
 	var bad *badStreamError
 	switch {

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+
+	"github.com/sparkim/spark/gate/internal/proxyproto"
+)
+
+// defaultProxyHeaderTimeout is how long a trusted balancer's connection
+// may take to deliver its PROXY header when gate.proxy_header_timeout is
+// unset: a balancer sends it with the connection, at once.
+const defaultProxyHeaderTimeout = 3 * time.Second
+
+// proxyPolicy is the PROXY protocol stage of the TCP transport: which peers
+// may send a header, and how long they have to send it.
+type proxyPolicy struct {
+	trusted []netip.Prefix
+	timeout time.Duration
+}
+
+// newProxyPolicy parses gate.proxy_trusted_cidrs; a bare address means
+// that one host. The PROXY stage without trusted peers would refuse every
+// connection, so an empty list is a configuration error.
+func newProxyPolicy(cidrs []string, timeout time.Duration) (*proxyPolicy, error) {
+	p := &proxyPolicy{timeout: timeout}
+	if p.timeout <= 0 {
+		p.timeout = defaultProxyHeaderTimeout
+	}
+	for _, c := range cidrs {
+		c = strings.TrimSpace(c)
+		if c == "" {
+			continue
+		}
+		var pfx netip.Prefix
+		var err error
+		if strings.Contains(c, "/") {
+			pfx, err = netip.ParsePrefix(c)
+		} else {
+			var a netip.Addr
+			a, err = netip.ParseAddr(c)
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		if err != nil {
+			return nil, fmt.Errorf("server: gate.proxy_trusted_cidrs entry %q: %w", c, err)
+		}
+		p.trusted = append(p.trusted, pfx.Masked())
+	}
+	if len(p.trusted) == 0 {
+		return nil, errors.New("server: gate.proxy_protocol is on but gate.proxy_trusted_cidrs is empty")
+	}
+	return p, nil
+}
+
+// trusts reports whether the socket peer may send a PROXY header.
+func (p *proxyPolicy) trusts(addr net.Addr) bool {
+	a := addrOf(addr)
+	if !a.IsValid() {
+		return false
+	}
+	for _, pfx := range p.trusted {
+		if pfx.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// addrOf returns the IP of a socket address, IPv4-mapped addresses as IPv4.
+func addrOf(addr net.Addr) netip.Addr {
+	if a, ok := addr.(*net.TCPAddr); ok {
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	if addr == nil {
+		return netip.Addr{}
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+// readProxyHeader consumes the PROXY header from r without blocking and
+// without reading past it, so whatever follows (frames; later a TLS
+// ClientHello) stays in r. A partial header is moved to t.proxyBuf, since
+// netpoll must never be left with unread bytes. It returns the client's
+// address once the header is complete, "" while it is not.
+func (t *tcpConn) readProxyHeader(r netpoll.Reader) (string, error) {
+	avail := min(r.Len(), proxyproto.MaxV2Length-len(t.proxyBuf))
+	if avail == 0 {
+		return "", nil
+	}
+	peek, err := r.Peek(avail)
+	if err != nil {
+		return "", fmt.Errorf("proxy: peek: %w", err)
+	}
+	// buf is always the connection's own memory, never netpoll's.
+	buf := append(t.proxyBuf, peek...)
+	h, n, err := proxyproto.Parse(buf)
+	if err != nil {
+		return "", err
+	}
+	if n == 0 {
+		if err := r.Skip(avail); err != nil {
+			return "", fmt.Errorf("proxy: skip: %w", err)
+		}
+		t.proxyBuf = buf
+		return "", nil
+	}
+	if err := r.Skip(n - len(t.proxyBuf)); err != nil {
+		return "", fmt.Errorf("proxy: skip: %w", err)
+	}
+	t.proxyBuf = nil
+	if h.Local() {
+		// LOCAL (a balancer's own check) or UNKNOWN: the socket's
+		// address stands.
+		return remoteIP(t.nc.RemoteAddr()), nil
+	}
+	return h.Source.Addr().Unmap().String(), nil
+}
