@@ -7,7 +7,6 @@ require (
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/sony/sonyflake/v2 v2.2.0
 	github.com/sparkim/spark/proto v0.0.0
 	github.com/spf13/viper v1.21.0
 	go.uber.org/zap v1.28.0

@@ -1,8 +1,17 @@
-// Package msgid issues MsgIds (and other 64-bit ids) on sonyflake: 41 bits of
-// milliseconds since 2025-01-01 UTC, 12 bits of sequence, 10 bits of machine
-// id. Ids from one generator strictly increase, also across restarts with
-// the clock set back: a persisted high-water mark makes a restarted
-// generator wait until its clock has passed every id it may have issued.
+// Package msgid issues MsgIds (and other 64-bit ids) in sonyflake's layout:
+// 41 bits of milliseconds since 2025-01-01 UTC, 12 bits of sequence, 10
+// bits of machine id. Ids from one generator strictly increase, also across
+// restarts with the clock set back: a persisted high-water mark makes a
+// restarted generator wait (at start, holding nothing) until its clock has
+// passed every id it may have issued.
+//
+// Issuing never waits. The send path asks for an id above a conversation's
+// last_msg_id while it holds that conversation's row lock; when that floor
+// is at or ahead of this machine's clock (another machine's clock runs a
+// little ahead, a client's id was kept, the sequence of this millisecond is
+// used up), the generator continues right after it, like a hybrid logical
+// clock, instead of sleeping until its clock passes it. Only a floor more
+// than MaxAhead ahead is refused, at once, with ErrClockBehind.
 package msgid
 
 import (
@@ -11,8 +20,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/sony/sonyflake/v2"
 )
 
 // Layout of an id.
@@ -21,17 +28,22 @@ const (
 	BitsMachineID = 10
 	MaxMachineID  = 1<<BitsMachineID - 1
 	timeShift     = BitsSequence + BitsMachineID
+	maxSequence   = 1<<BitsSequence - 1
+	maxElapsed    = 1<<(63-timeShift) - 1
 )
 
 // Epoch is the zero time of ids.
 var Epoch = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// ErrClockBehind is returned when the clock is further behind the last
-// issued id than the generator is willing to wait.
+// ErrClockBehind is returned when the id asked for would be further ahead
+// of the clock than the generator's MaxAhead (the clock was set back a lot,
+// or a floor came from a clock far ahead). It is returned at once: the
+// caller may hold row locks and must not wait for the clock.
 var ErrClockBehind = errors.New("msgid: clock is behind the last issued id")
 
 // HighWater persists, per machine id, a time (Unix ms) that no issued id
-// exceeds.
+// exceeds. StoreHighWater must never lower the stored mark (concurrent
+// writes may arrive out of order) and must be safe for concurrent use.
 type HighWater interface {
 	LoadHighWater(ctx context.Context, machineID int) (int64, error)
 	StoreHighWater(ctx context.Context, machineID int, unixMs int64) error
@@ -43,25 +55,34 @@ type Settings struct {
 	// Store persists the high-water mark; nil disables restart protection
 	// (tests only).
 	Store HighWater
-	// Reserve is how far ahead of the clock the stored mark runs, so the
-	// store is written about every Reserve/2 instead of per id. Default 2s.
+	// Reserve is how far ahead of the issued ids the stored mark runs, so
+	// the store is written about every Reserve/2 instead of per id, and in
+	// the background: an id waits for a write only when it is beyond the
+	// stored mark (the first id after start, a jump ahead). Default 2s.
 	Reserve time.Duration
-	// MaxWait bounds how long Next waits for a clock that fell behind the
-	// last issued id before it fails with ErrClockBehind. Default 1s.
-	MaxWait time.Duration
+	// MaxAhead bounds how far ahead of the clock an id may be issued to
+	// stay above a floor; beyond it NextAfter fails with ErrClockBehind.
+	// Default 5s.
+	MaxAhead time.Duration
+	// Clock is the time source; nil means time.Now.
+	Clock func() time.Time
 }
+
+// refreshTimeout bounds one background write of the high-water mark.
+const refreshTimeout = 5 * time.Second
 
 // Generator issues ids. It is safe for concurrent use.
 type Generator struct {
-	sf      *sonyflake.Sonyflake
-	machine int
-	store   HighWater
-	reserve time.Duration
-	maxWait time.Duration
+	machine  int
+	store    HighWater
+	reserve  time.Duration
+	maxAhead time.Duration
+	clock    func() time.Time
 
-	mu       sync.Mutex
-	lastID   int64
-	reserved int64 // Unix ms persisted as the high-water mark
+	mu         sync.Mutex
+	lastID     int64
+	reserved   int64 // Unix ms persisted as the high-water mark
+	refreshing bool  // a background write of the mark is in flight
 }
 
 // New returns a Generator. If a high-water mark is stored for the machine id
@@ -74,16 +95,19 @@ func New(ctx context.Context, st Settings) (*Generator, error) {
 	if st.Reserve <= 0 {
 		st.Reserve = 2 * time.Second
 	}
-	if st.MaxWait <= 0 {
-		st.MaxWait = time.Second
+	if st.MaxAhead <= 0 {
+		st.MaxAhead = 5 * time.Second
 	}
-	g := &Generator{machine: st.MachineID, store: st.Store, reserve: st.Reserve, maxWait: st.MaxWait}
+	if st.Clock == nil {
+		st.Clock = time.Now
+	}
+	g := &Generator{machine: st.MachineID, store: st.Store, reserve: st.Reserve, maxAhead: st.MaxAhead, clock: st.Clock}
 	if g.store != nil {
 		hw, err := g.store.LoadHighWater(ctx, st.MachineID)
 		if err != nil {
 			return nil, fmt.Errorf("msgid: load high-water mark: %w", err)
 		}
-		if wait := time.Until(time.UnixMilli(hw + 1)); wait > 0 {
+		if wait := time.UnixMilli(hw + 1).Sub(g.clock()); wait > 0 {
 			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
@@ -93,18 +117,11 @@ func New(ctx context.Context, st Settings) (*Generator, error) {
 			}
 		}
 		g.reserved = hw
+		if t := elapsed(time.UnixMilli(hw)); t > 0 {
+			// Ids start above the mark whatever the clock says later.
+			g.lastID = t << timeShift
+		}
 	}
-	sf, err := sonyflake.New(sonyflake.Settings{
-		BitsSequence:  BitsSequence,
-		BitsMachineID: BitsMachineID,
-		TimeUnit:      time.Millisecond,
-		StartTime:     Epoch,
-		MachineID:     func() (int, error) { return st.MachineID, nil },
-	})
-	if err != nil {
-		return nil, fmt.Errorf("msgid: %w", err)
-	}
-	g.sf = sf
 	return g, nil
 }
 
@@ -116,64 +133,84 @@ func (g *Generator) Next(ctx context.Context) (int64, error) {
 	return g.NextAfter(ctx, 0)
 }
 
-// NextAfter returns a new id greater than floor, waiting (at most MaxWait)
-// for the clock when floor is ahead of it. The send path uses it to make a
-// MsgId greater than the conversation's last_msg_id.
+// NextAfter returns a new id greater than floor and than every id this
+// generator issued before. The send path calls it under the conversation's
+// row lock with the conversation's last_msg_id, so it never sleeps: when
+// floor is not behind the clock, the id continues right after floor (its
+// millisecond, the next sequence; the next millisecond once the sequence
+// is used up) instead of waiting for the clock to pass it. An id more than
+// MaxAhead ahead of the clock is refused with ErrClockBehind.
 func (g *Generator) NextAfter(ctx context.Context, floor int64) (int64, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if floor < g.lastID {
 		floor = g.lastID
 	}
-	deadline := time.Now().Add(g.maxWait)
-	for {
-		// Sonyflake itself never goes back, but when the clock falls behind
-		// it would sleep for as long as the clock lags, holding its lock.
-		// Refuse instead, so callers can answer "busy" quickly.
-		lag := TimeOf(floor).Sub(time.Now())
-		if lag > 0 {
-			if time.Now().Add(lag).After(deadline) {
-				return 0, fmt.Errorf("%w (by %v)", ErrClockBehind, lag)
-			}
-			select {
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-time.After(lag):
-			}
-			continue
+	now := g.clock()
+	t := elapsed(now)
+	var id int64
+	if ft := floor >> timeShift; t > ft {
+		id = t<<timeShift | int64(g.machine)
+	} else {
+		seq := (floor>>BitsMachineID)&maxSequence + 1
+		if seq > maxSequence {
+			ft, seq = ft+1, 0
 		}
-		id, err := g.sf.NextID()
-		if err != nil {
-			return 0, fmt.Errorf("msgid: %w", err)
+		if ft > maxElapsed {
+			return 0, fmt.Errorf("msgid: time limit of the id layout reached")
 		}
-		if id <= floor {
-			continue
+		id = ft<<timeShift | seq<<BitsMachineID | int64(g.machine)
+		if ahead := TimeOf(id).Sub(now); ahead > g.maxAhead {
+			return 0, fmt.Errorf("%w (an id above %d would be %v ahead of the clock)", ErrClockBehind, floor, ahead)
 		}
-		if err := g.reserveLocked(ctx, id); err != nil {
-			return 0, err
-		}
-		g.lastID = id
-		return id, nil
 	}
+	if err := g.reserveLocked(ctx, id); err != nil {
+		return 0, err
+	}
+	g.lastID = id
+	return id, nil
 }
 
-// reserveLocked persists a new high-water mark when id's time approaches
-// the stored one. Writes happen about every Reserve/2.
+// reserveLocked keeps the persisted high-water mark above id: written
+// synchronously only when id is beyond it (the first id after start, a
+// jump ahead), and otherwise refreshed in the background when id's time
+// comes within Reserve/2 of it, so ids are not held up by the write.
 func (g *Generator) reserveLocked(ctx context.Context, id int64) error {
 	if g.store == nil {
 		return nil
 	}
 	ms := TimeOf(id).UnixMilli()
-	if ms+g.reserve.Milliseconds()/2 < g.reserved {
-		return nil
-	}
 	next := ms + g.reserve.Milliseconds()
-	if err := g.store.StoreHighWater(ctx, g.machine, next); err != nil {
-		return fmt.Errorf("msgid: store high-water mark: %w", err)
+	switch {
+	case ms > g.reserved:
+		if err := g.store.StoreHighWater(ctx, g.machine, next); err != nil {
+			return fmt.Errorf("msgid: store high-water mark: %w", err)
+		}
+		g.reserved = next
+	case ms+g.reserve.Milliseconds()/2 >= g.reserved && !g.refreshing:
+		g.refreshing = true
+		go g.refresh(context.WithoutCancel(ctx), next)
 	}
-	g.reserved = next
 	return nil
 }
+
+// refresh writes the high-water mark next in the background (one at a
+// time); a failed write is retried by the next id that finds the mark
+// close, or written synchronously by the first id beyond it.
+func (g *Generator) refresh(ctx context.Context, next int64) {
+	ctx, cancel := context.WithTimeout(ctx, refreshTimeout)
+	defer cancel()
+	err := g.store.StoreHighWater(ctx, g.machine, next)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.refreshing = false
+	if err == nil && next > g.reserved {
+		g.reserved = next
+	}
+}
+
+// elapsed is t in milliseconds since Epoch.
+func elapsed(t time.Time) int64 { return t.Sub(Epoch).Milliseconds() }
 
 // TimeOf returns the time an id was issued.
 func TimeOf(id int64) time.Time {

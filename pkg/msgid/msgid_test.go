@@ -2,6 +2,7 @@ package msgid
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -78,7 +79,7 @@ func TestNextAfterFloor(t *testing.T) {
 	}{
 		{"zero floor", func() int64 { return 0 }, false},
 		{"floor from another machine now", func() int64 { id, _ := other.Next(ctx); return id }, false},
-		{"floor 200ms ahead waits", func() int64 { return int64(time.Since(Epoch)/time.Millisecond+200) << timeShift }, false},
+		{"floor 200ms ahead: continues after it", func() int64 { return int64(time.Since(Epoch)/time.Millisecond+200) << timeShift }, false},
 		{"floor 1h ahead refused", func() int64 { return int64(time.Since(Epoch)/time.Millisecond+3600_000) << timeShift }, true},
 	}
 	for _, tt := range tests {
@@ -108,8 +109,8 @@ func TestRestartWithClockBehindHighWater(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if store.marks[3] < TimeOf(last).UnixMilli() {
-		t.Fatalf("high-water %d below last id time %d", store.marks[3], TimeOf(last).UnixMilli())
+	if mark, _ := store.LoadHighWater(ctx, 3); mark < TimeOf(last).UnixMilli() {
+		t.Fatalf("high-water %d below last id time %d", mark, TimeOf(last).UnixMilli())
 	}
 	// A restart (as if the clock were set back) must wait for the mark.
 	start := time.Now()
@@ -125,7 +126,7 @@ func TestRestartWithClockBehindHighWater(t *testing.T) {
 		t.Fatal("restart did not wait for the high-water mark")
 	}
 	// A mark far in the future (clock set back a lot) makes New honour ctx.
-	store.marks[4] = time.Now().Add(time.Hour).UnixMilli()
+	_ = store.StoreHighWater(ctx, 4, time.Now().Add(time.Hour).UnixMilli())
 	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel()
 	if _, err := New(cctx, Settings{MachineID: 4, Store: store}); err == nil {
@@ -151,5 +152,82 @@ func TestIssuedWithin(t *testing.T) {
 		if got := IssuedWithin(tt.id, now, 5*time.Minute); got != tt.want {
 			t.Errorf("IssuedWithin(%d) = %v", tt.id, got)
 		}
+	}
+}
+
+// stoppedClock is a clock that moves only when told: a generator that
+// waited for it would never return.
+type stoppedClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *stoppedClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// NextAfter never waits for the clock (the send path holds a row lock
+// while it asks): with the clock stopped, a floor ahead of it and more ids
+// than one millisecond's sequence holds, every id comes at once, above
+// its floor and the previous id, borrowing the next milliseconds; only a
+// floor beyond MaxAhead is refused, at once.
+func TestNextAfterNeverWaits(t *testing.T) {
+	ctx := context.Background()
+	clock := &stoppedClock{t: Epoch.Add(1000 * time.Hour)}
+	store := &memStore{marks: map[int]int64{}}
+	g, err := New(ctx, Settings{MachineID: 5, Store: store, Clock: clock.now, MaxAhead: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nowMs := clock.now().Sub(Epoch).Milliseconds()
+	last := int64(0)
+	for i := 0; i < 3*(maxSequence+1); i++ { // three milliseconds' worth
+		id, err := g.Next(ctx)
+		if err != nil {
+			t.Fatalf("id %d: %v", i, err)
+		}
+		if id <= last || MachineOf(id) != 5 {
+			t.Fatalf("id %d after %d (machine %d)", id, last, MachineOf(id))
+		}
+		last = id
+	}
+	if ahead := TimeOf(last).Sub(clock.now()); ahead != 2*time.Millisecond {
+		t.Fatalf("after three milliseconds' worth of ids the last is %v ahead, want 2ms", ahead)
+	}
+	tests := []struct {
+		name    string
+		ahead   time.Duration
+		machine int
+		wantErr bool
+	}{
+		{"another machine 2s ahead", 2 * time.Second, 1023, false},
+		{"a lower machine id 2s ahead", 2*time.Second + time.Millisecond, 0, false},
+		{"beyond MaxAhead: refused", 4 * time.Second, 9, true},
+	}
+	for _, tt := range tests {
+		floor := (nowMs+tt.ahead.Milliseconds())<<timeShift | int64(maxSequence)<<BitsMachineID | int64(tt.machine)
+		if tt.machine == 0 {
+			floor = (nowMs + tt.ahead.Milliseconds()) << timeShift
+		}
+		id, err := g.NextAfter(ctx, floor)
+		if (err != nil) != tt.wantErr {
+			t.Fatalf("%s: err %v", tt.name, err)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrClockBehind) {
+				t.Fatalf("%s: err %v, want ErrClockBehind", tt.name, err)
+			}
+			continue
+		}
+		if id <= floor || MachineOf(id) != 5 {
+			t.Fatalf("%s: id %d not above floor %d (machine %d)", tt.name, id, floor, MachineOf(id))
+		}
+	}
+	// The high-water mark covers every id issued, ahead of the clock too.
+	id, _ := g.Next(ctx)
+	if mark, _ := store.LoadHighWater(ctx, 5); mark < TimeOf(id).UnixMilli() {
+		t.Fatalf("high-water %d below the id's time %d", mark, TimeOf(id).UnixMilli())
 	}
 }

@@ -28,6 +28,7 @@ func (e *env) paused(t *testing.T, machine int, cfg message.Config) (svc *messag
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.lease(t, machine)
 	cfg.MsgIDWindow, cfg.EnqueueRetries, cfg.Partitions = 5*time.Minute, 3, partitions
 	m = metrics.New(nil)
 	svc, start, queued = message.NewPaused(e.st, e.rdb, gen, cfg, nil, m)
@@ -94,12 +95,11 @@ func TestSendBatchArrivalOrder(t *testing.T) {
 	svc, gen, m, start, queued := e.paused(t, 31, message.Config{CommitWorkers: 1})
 	early, _ := gen.Next(ctx)
 	// kept1 opens the conversation's part of the batch, so it is above
-	// the stored last id however long the set-up took; kept2, ahead of the
-	// clock (allowed up to 2 s), is above the ids the sends before it get
-	// from the generator, and closes it (an id after it would wait for the
-	// clock).
-	kept1 := early + 300<<22
-	kept2 := early + 1900<<22
+	// the stored last id, and the generator's later ids are above it;
+	// ahead, 2 s ahead of the clock, would be above them but is further
+	// ahead than clock skew, and is replaced.
+	kept1, _ := gen.Next(ctx)
+	ahead := kept1 + (2000 << 22)
 	send := func(from, to int64, dev, cid string, msgID int64) batchSend {
 		kv := []any{"to_user_id", to, "client_msg_id", cid, "message_type", 1, "content", text(cid)}
 		if msgID != 0 {
@@ -120,7 +120,7 @@ func TestSendBatchArrivalOrder(t *testing.T) {
 		{"a laptop, client id below the running last", send(a, b, "laptop", "4", early), ab, 0, early},
 		{"c to a", send(c, a, "phone", "5", 0), ac, 0, 0},
 		{"a phone again", send(a, b, "phone", "6", 0), ab, 0, 0},
-		{"b laptop, client id above", send(b, a, "laptop", "7", kept2), ab, kept2, 0},
+		{"b laptop, client id 2 s ahead", send(b, a, "laptop", "7", ahead), ab, 0, ahead},
 	}
 	sends := make([]batchSend, len(tests))
 	for i, tt := range tests {

@@ -22,10 +22,12 @@ import (
 // reused client msg_id, a concurrent identical send).
 const maxCommitAttempts = 5
 
-// maxClientIDFuture bounds how far ahead of this server's clock a client
-// msg_id may be: an id far in the future would make every later id of the
-// conversation wait for the clock to catch up.
-const maxClientIDFuture = 2 * time.Second
+// clientIDSkew bounds how far ahead of this server's clock a client msg_id
+// may be: clock skew between the logic that issued it and this one, no
+// more. An id further ahead is replaced. No id is ever waited for, but one
+// kept far ahead would drag every later id of the conversation ahead of
+// the clock with it (decision 14).
+const clientIDSkew = 100 * time.Millisecond
 
 // errReplay makes the commit loop go back to the idempotency lookup.
 var errReplay = errors.New("message: concurrent identical send committed")
@@ -100,6 +102,12 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 		return nil, err
 	}
 	conv = opened
+	// The client's msg_id is checked here, outside every lock (its lease
+	// check may ask Redis); under the row lock only "above last_msg_id"
+	// and the clock are checked again.
+	if req.MsgID != 0 && !s.clientIDUsable(ctx, req.MsgID, time.Now()) {
+		req.MsgID = 0
+	}
 
 	o, err := s.group.submit(ctx, &pending{
 		ctx: ctx,
@@ -223,13 +231,26 @@ func (s *Service) commit(ctx context.Context, from Sender, conv conversation.Con
 	return store.Message{}, busy("commit", err)
 }
 
-// acceptClientID reports whether the msg_id a client got from
-// GENERATE_MSG_ID can be kept: issued within the window, not ahead of our
-// clock by more than a small skew, and above the conversation's last id.
+// clientIDUsable reports whether a client's msg_id may be kept at all
+// (docs/decisions.md 14): issued within logic.msg_id_window, not ahead of this
+// server's clock beyond clientIDSkew, and by a machine id that holds a
+// live lease in this cluster. Any other id is replaced, never waited for.
+func (s *Service) clientIDUsable(ctx context.Context, id int64, now time.Time) bool {
+	return s.clientIDInTime(id, now) && s.machines.live(ctx, msgid.MachineOf(id), now)
+}
+
+// clientIDInTime is the clock part of clientIDUsable: within the window
+// and not ahead of now beyond clientIDSkew.
+func (s *Service) clientIDInTime(id int64, now time.Time) bool {
+	return id > 0 && msgid.IssuedWithin(id, now, s.cfg.MsgIDWindow) &&
+		!msgid.TimeOf(id).After(now.Add(clientIDSkew))
+}
+
+// acceptClientID is the check under the conversation's row lock of an id
+// clientIDUsable let through: above the conversation's last id, and still
+// in time at the commit's now. It does no I/O.
 func (s *Service) acceptClientID(id, last int64, now time.Time) bool {
-	return id > 0 && id > last &&
-		msgid.IssuedWithin(id, now, s.cfg.MsgIDWindow) &&
-		!msgid.TimeOf(id).After(now.Add(maxClientIDFuture))
+	return id > last && s.clientIDInTime(id, now)
 }
 
 func ackOf(row store.Message) *protocol.SendAck {

@@ -55,6 +55,7 @@ func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.S
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.lease(t, machine)
 	if cfg.MsgIDWindow == 0 {
 		cfg.MsgIDWindow = 5 * time.Minute
 	}
@@ -65,6 +66,17 @@ func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.S
 	svc := message.New(e.st, e.rdb, g, cfg, nil, e.metrics)
 	t.Cleanup(svc.Close)
 	return svc, g
+}
+
+// lease holds machine's MsgId lease for the test, as a running logic
+// does: client msg_ids of machine ids without one are replaced.
+func (e *env) lease(t testing.TB, machine int) {
+	t.Helper()
+	key := rediskey.MachineLease(machine)
+	if err := e.rdb.Set(context.Background(), key, "test", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.rdb.Del(context.Background(), key) })
 }
 
 func (e *env) users(t testing.TB, n int) []int64 {
@@ -394,7 +406,9 @@ func TestSendClientMsgID(t *testing.T) {
 	}
 	old := int64(1) << 22 // issued at the epoch: outside the window
 	future, _ := gen.Next(ctx)
+	soon := future + int64(2*time.Second/time.Millisecond)<<22
 	future += int64(time.Minute/time.Millisecond) << 22
+
 	tests := []struct {
 		name string
 		id   int64
@@ -403,6 +417,7 @@ func TestSendClientMsgID(t *testing.T) {
 		{"outside the window", old},
 		{"reused", fresh},
 		{"ahead of the clock", future},
+		{"2 s ahead of the clock", soon},
 	}
 	for i, tt := range tests {
 		ack, err := svc.Send(ctx, from, sendReq(body("to_user_id", u[1], "client_msg_id", fmt.Sprint("b", i), "msg_id", fmt.Sprint(tt.id), "message_type", 1, "content", text("x"))))
@@ -413,4 +428,127 @@ func TestSendClientMsgID(t *testing.T) {
 			t.Fatalf("%s: got msg id %d, want a new one above %d", tt.name, ack.MsgID.Int64(), fresh)
 		}
 	}
+
+	// Only the lease differs: into new conversations (no last id to be
+	// below), a fresh id of this leased machine id is kept, one of a
+	// machine id without a lease is replaced.
+	unleased, err := msgid.New(ctx, msgid.Settings{MachineID: 901})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := e.users(t, 2)
+	mine, _ := gen.Next(ctx)
+	foreign, _ := unleased.Next(ctx)
+	for _, c := range []struct {
+		name string
+		to   int64
+		id   int64
+		keep bool
+	}{{"leased machine id", w[0], mine, true}, {"machine id without a lease", w[1], foreign, false}} {
+		ack, err := svc.Send(ctx, from, sendReq(body("to_user_id", c.to, "client_msg_id", "l", "msg_id", fmt.Sprint(c.id), "message_type", 1, "content", text("x"))))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if kept := ack.MsgID.Int64() == c.id; kept != c.keep {
+			t.Fatalf("%s: id %d kept %v, want %v", c.name, c.id, kept, c.keep)
+		}
+	}
+}
+
+// Concurrent sends into one conversation through two logic processes,
+// some carrying a client msg_id 2 s ahead of the clock or one of a machine
+// id without a lease: those ids are replaced (the SEND_ACK carries the
+// one that counts), every sender's ids keep increasing, and no id was
+// dragged ahead of the clock by them, so no later send has anything to
+// wait for.
+func TestSendClientMsgIDConcurrent(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 2)
+	ctx := context.Background()
+	var svcs []*message.Service
+	var gens []*msgid.Generator
+	for _, m := range []int{36, 37} {
+		s, g := e.service(t, m, message.Config{})
+		svcs, gens = append(svcs, s), append(gens, g)
+	}
+	unleased, err := msgid.New(ctx, msgid.Settings{MachineID: 902})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const senders, each = 6, 16
+	type sent struct {
+		client, got int64
+		mustReplace bool
+	}
+	results := make([][]sent, senders)
+	var wg sync.WaitGroup
+	for g := 0; g < senders; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			from, to := u[g%2], u[1-g%2]
+			for k := 0; k < each; k++ {
+				var client int64
+				mustReplace := false
+				switch k % 4 {
+				case 1: // fresh from this logic's generator: may be kept
+					client, _ = gens[g%2].Next(ctx)
+				case 2: // 2 s ahead of the clock
+					id, _ := gens[g%2].Next(ctx)
+					client, mustReplace = id+int64(2000)<<22, true
+				case 3: // issued by a machine id this cluster has not leased
+					client, _ = unleased.Next(ctx)
+					mustReplace = true
+				}
+				kv := []any{"to_user_id", to, "client_msg_id", fmt.Sprintf("g%d-%d", g, k), "message_type", 1, "content", text("m")}
+				if client != 0 {
+					kv = append(kv, "msg_id", fmt.Sprint(client))
+				}
+				ack, err := svcs[g%2].Send(ctx, message.Sender{UserID: from, DeviceID: fmt.Sprint("dev", g)}, sendReq(body(kv...)))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				results[g] = append(results[g], sent{client: client, got: ack.MsgID.Int64(), mustReplace: mustReplace})
+			}
+		}()
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	conv, err := e.st.FindP2P(ctx, u[0], u[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	replaced := 0
+	for g, rs := range results {
+		for k, r := range rs {
+			if r.mustReplace {
+				if r.got == r.client {
+					t.Fatalf("sender %d send %d: client id %d kept", g, k, r.client)
+				}
+				replaced++
+			}
+			if k > 0 && r.got <= rs[k-1].got {
+				t.Fatalf("sender %d: id %d after %d", g, r.got, rs[k-1].got)
+			}
+		}
+	}
+	_, all, err := e.st.ConversationPage(ctx, conv, 0, 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != senders*each {
+		t.Fatalf("%d rows, want %d", len(all), senders*each)
+	}
+	newest := all[len(all)-1].ID
+	var last int64
+	if err := e.st.DB().Get(&last, "SELECT last_msg_id FROM t_conversations WHERE id = ?", conv); err != nil || last != newest {
+		t.Fatalf("last_msg_id %d (%v), want %d", last, err, newest)
+	}
+	if ahead := time.Until(msgid.TimeOf(newest)); ahead > 500*time.Millisecond {
+		t.Fatalf("the newest id is %v ahead of the clock: a replaced id dragged the conversation ahead", ahead)
+	}
+	t.Logf("%d sends, %d client ids replaced", senders*each, replaced)
 }

@@ -62,6 +62,9 @@ type Service struct {
 
 	// convs resolves and authorizes send targets.
 	convs *conversation.Resolver
+	// machines says which machine ids hold a MsgId lease (client msg_ids
+	// of other machine ids are replaced).
+	machines *machineLeases
 	// group is the group commit every send goes through.
 	group *committer
 }
@@ -94,7 +97,7 @@ func newService(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *za
 	}
 	s := &Service{
 		store: st, rdb: rdb, ids: ids, cfg: cfg, log: log, metrics: m,
-		convs: cfg.Conversations,
+		convs: cfg.Conversations, machines: newMachineLeases(rdb),
 	}
 	s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
 	return s
