@@ -38,11 +38,14 @@ func newEnv(t *testing.T) env {
 		t.Fatal(err)
 	}
 	st := store.New(db)
-	open, err := relation.New(st, gen, relation.Options{})
+	// No cached CheckP2P answers here: changes go through open and checks
+	// through fo too, and a second Service is another logic instance
+	// (TestCheckP2PCache covers the cache).
+	open, err := relation.New(st, gen, relation.Options{CheckTTL: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fo, err := relation.New(st, gen, relation.Options{Policy: relation.PolicyFriendsOnly})
+	fo, err := relation.New(st, gen, relation.Options{Policy: relation.PolicyFriendsOnly, CheckTTL: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -610,5 +613,48 @@ func TestListsPage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// CheckP2P answers are reused for a short time: a change made through the
+// same Service voids them at once; one made through another Service (another
+// logic instance) is seen once the answer expires.
+func TestCheckP2PCache(t *testing.T) {
+	e := newEnv(t)
+	const a, b = 61, 62
+	e.users(t, a, b)
+	gen := e.gen
+	here, err := relation.New(e.st, gen, relation.Options{CheckTTL: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	elsewhere, err := relation.New(e.st, gen, relation.Options{CheckTTL: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := here.CheckP2P(e.ctx, a, b); err != nil {
+		t.Fatalf("strangers under open: %v", err)
+	}
+	if _, err := here.Block(e.ctx, b, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := here.CheckP2P(e.ctx, a, b); !relation.IsRefused(err) {
+		t.Fatalf("a block made here is not seen at once: %v", err)
+	}
+	if _, err := here.Unblock(e.ctx, b, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := here.CheckP2P(e.ctx, a, b); err != nil {
+		t.Fatalf("after unblocking here: %v", err)
+	}
+	if _, err := elsewhere.Block(e.ctx, b, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := here.CheckP2P(e.ctx, a, b); err != nil {
+		t.Fatalf("within the TTL the cached answer holds: %v", err)
+	}
+	time.Sleep(150 * time.Millisecond)
+	if err := here.CheckP2P(e.ctx, a, b); !relation.IsRefused(err) {
+		t.Fatalf("a block made elsewhere is not seen after the TTL: %v", err)
 	}
 }
