@@ -47,6 +47,9 @@ type Conn struct {
 	// authInflight is set while an AUTH is with logic, so a second AUTH is
 	// refused instead of racing the first.
 	authInflight atomic.Bool
+	// pendingKick is a kick that arrived while AUTH was in flight
+	// (logic already wrote the route and then replaced it).
+	pendingKick atomic.Pointer[deferredKick]
 	// inflight counts this connection's requests awaiting logic, bounded by
 	// gate.max_inflight_per_conn.
 	inflight atomic.Int32
@@ -77,6 +80,28 @@ func (c *Conn) Session() *logicv1.Session {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.session
+}
+
+// deferredKick is a KICK that reached the connection while its AUTH answer
+// was on its way: it applies once the session is bound, if it is for that
+// session.
+type deferredKick struct {
+	userID   int64
+	deviceID string
+	reason   string
+	body     []byte
+}
+
+// deferKick records a kick for when the AUTH in flight binds.
+func (c *Conn) deferKick(k *deferredKick) { c.pendingKick.Store(k) }
+
+// takeDeferredKick returns the kick recorded for the bound session, if any.
+func (c *Conn) takeDeferredKick() *deferredKick {
+	k := c.pendingKick.Swap(nil)
+	if k == nil || !c.matches(k.userID, k.deviceID) {
+		return nil
+	}
+	return k
 }
 
 // bind authenticates the connection; it reports false when it was closed

@@ -132,6 +132,21 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 			return nil, status.FromContextError(err).Err()
 		}
 		c := p.s.table.Get(t.ConnId)
+		if c != nil && c.state.Load() == stateConnecting && c.authInflight.Load() {
+			// Its AUTH answer is on the way (logic wrote the route, then a
+			// newer AUTH of the device replaced it): kick it once bound,
+			// or two sessions of one device would live side by side.
+			c.deferKick(&deferredKick{userID: t.UserId, deviceID: t.DeviceId, reason: reason, body: body})
+			if c.Authenticated() {
+				// The bind won the race and may have looked before the
+				// kick was recorded: whoever takes it, kicks.
+				if k := c.takeDeferredKick(); k != nil {
+					p.s.kick(c, k.reason, k.body)
+				}
+			}
+			reply.Kicked++
+			continue
+		}
 		if c == nil || !c.matches(t.UserId, t.DeviceId) {
 			continue
 		}

@@ -185,6 +185,11 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 		return
 	}
 	s.answer(c, h, resp.Body, kindResponse, false)
+	if resp.Bind != nil {
+		if k := c.takeDeferredKick(); k != nil {
+			s.kick(c, k.reason, k.body) // after the AUTH answer, like any kick
+		}
+	}
 }
 
 // onBusy implements responder: logic will not answer p.
