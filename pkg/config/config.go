@@ -96,7 +96,27 @@ type Gate struct {
 	ProxyProtocol      bool          `mapstructure:"proxy_protocol"`
 	ProxyTrustedCIDRs  []string      `mapstructure:"proxy_trusted_cidrs"`
 	ProxyHeaderTimeout time.Duration `mapstructure:"proxy_header_timeout"`
+	// TLSCertFile and TLSKeyFile (PEM) turn on the TLS listener at
+	// TLSAddr, a second listener beside TCPAddr: plain TCP stays for
+	// deployments that terminate TLS in front of the gate, and a client
+	// never has to guess which protocol a port speaks. Both or neither
+	// must be set. The files are re-read when they change (checked every
+	// TLSReloadInterval), so certificates rotate without dropping
+	// connections; a bad new pair keeps the old one.
+	TLSAddr           string        `mapstructure:"tls_addr"`
+	TLSCertFile       string        `mapstructure:"tls_cert_file"`
+	TLSKeyFile        string        `mapstructure:"tls_key_file"`
+	TLSReloadInterval time.Duration `mapstructure:"tls_reload_interval"`
+	// TLSHandshakeTimeout bounds a TLS handshake from its first byte;
+	// TLSMaxHandshakes bounds handshakes in progress, each of which holds
+	// a goroutine for about a round trip (past it a new connection is
+	// closed at once and the client retries).
+	TLSHandshakeTimeout time.Duration `mapstructure:"tls_handshake_timeout"`
+	TLSMaxHandshakes    int           `mapstructure:"tls_max_handshakes"`
 }
+
+// TLSEnabled reports whether the gate terminates TLS on TLSAddr.
+func (g Gate) TLSEnabled() bool { return g.TLSCertFile != "" || g.TLSKeyFile != "" }
 
 // MySQL is the database of logic.
 type MySQL struct {
@@ -205,6 +225,12 @@ var defaults = map[string]any{
 	"gate.proxy_protocol":        false,
 	"gate.proxy_trusted_cidrs":   []string{},
 	"gate.proxy_header_timeout":  3 * time.Second,
+	"gate.tls_addr":              "127.0.0.1:8101",
+	"gate.tls_cert_file":         "",
+	"gate.tls_key_file":          "",
+	"gate.tls_reload_interval":   5 * time.Second,
+	"gate.tls_handshake_timeout": 10 * time.Second,
+	"gate.tls_max_handshakes":    512,
 	"logic.grpc_addr":            "127.0.0.1:9000",
 	"logic.admin_addr":           "127.0.0.1:9020",
 	"logic.machine_id":           1,
@@ -267,6 +293,17 @@ func Load(path string) (*Config, error) {
 	}
 	if c.Gate.PushAdvertise == "" {
 		c.Gate.PushAdvertise = c.Gate.PushAddr
+	}
+	if c.Gate.TLSEnabled() {
+		if c.Gate.TLSCertFile == "" || c.Gate.TLSKeyFile == "" {
+			return nil, errors.New("config: gate.tls_cert_file and gate.tls_key_file must be set together")
+		}
+		if c.Gate.TLSAddr == "" {
+			return nil, errors.New("config: gate.tls_addr is empty while gate.tls_cert_file is set")
+		}
+		if c.Gate.TLSMaxHandshakes < 1 {
+			return nil, errors.New("config: gate.tls_max_handshakes must be at least 1")
+		}
 	}
 	if c.Queue.Partitions < 1 {
 		return nil, errors.New("config: queue.partitions must be at least 1")

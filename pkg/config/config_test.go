@@ -89,3 +89,31 @@ func TestLoad(t *testing.T) {
 		t.Error("empty secret accepted")
 	}
 }
+
+// TLS is off by default; a cert without its key (or the reverse) is a
+// configuration error rather than a listener that fails every handshake.
+func TestLoadTLS(t *testing.T) {
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gate.TLSEnabled() || c.Gate.TLSAddr != "127.0.0.1:8101" || c.Gate.TLSMaxHandshakes != 512 {
+		t.Fatalf("tls defaults: enabled=%v addr=%q max=%d", c.Gate.TLSEnabled(), c.Gate.TLSAddr, c.Gate.TLSMaxHandshakes)
+	}
+	t.Setenv("IM_GATE_TLS_CERT_FILE", "/x/cert.pem")
+	if _, err := Load(""); err == nil {
+		t.Fatal("cert without key accepted")
+	}
+	t.Setenv("IM_GATE_TLS_KEY_FILE", "/x/key.pem")
+	c, err = Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Gate.TLSEnabled() {
+		t.Fatal("tls not enabled with cert and key")
+	}
+	t.Setenv("IM_GATE_TLS_MAX_HANDSHAKES", "0")
+	if _, err := Load(""); err == nil {
+		t.Fatal("tls_max_handshakes 0 accepted")
+	}
+}
