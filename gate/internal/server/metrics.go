@@ -23,10 +23,19 @@ type Metrics struct {
 	PushAcks            atomic.Uint64
 	// ProxyRejects counts connections closed in the PROXY stage
 	// (untrusted source, malformed or late header).
-	ProxyRejects  atomic.Uint64
-	LateResponses atomic.Uint64
-	ClosedDropped atomic.Uint64
-	StreamsUp     atomic.Int64
+	ProxyRejects atomic.Uint64
+	// TLSHandshakeFailures counts handshakes that failed or timed out;
+	// TLSHandshakeRejects connections closed because
+	// gate.tls_max_handshakes were already in progress.
+	TLSHandshakeFailures atomic.Uint64
+	TLSHandshakeRejects  atomic.Uint64
+	// CertReloads counts certificates installed after their files
+	// changed, CertReloadFailures changed files that did not load.
+	CertReloads        atomic.Uint64
+	CertReloadFailures atomic.Uint64
+	LateResponses      atomic.Uint64
+	ClosedDropped      atomic.Uint64
+	StreamsUp          atomic.Int64
 	// Resyncs counts Resync requests from logic; RebindsSent the bindings
 	// reported in answer.
 	Resyncs     atomic.Uint64
@@ -66,6 +75,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		counter("busy_rejects_total", "Requests the gate answered 50301 itself.", &m.BusyRejects),
 		counter("conn_inflight_rejects_total", "Requests answered 50301 because their connection was at gate.max_inflight_per_conn.", &m.ConnInflightRejects),
 		counter("proxy_rejects_total", "Connections closed before a valid PROXY header arrived (untrusted source, malformed, too slow).", &m.ProxyRejects),
+		counter("tls_handshake_failures_total", "TLS handshakes that failed or timed out.", &m.TLSHandshakeFailures),
+		counter("tls_handshake_rejects_total", "TLS connections closed because gate.tls_max_handshakes handshakes were in progress.", &m.TLSHandshakeRejects),
+		counter("tls_cert_reloads_total", "TLS certificates reloaded after their files changed.", &m.CertReloads),
+		counter("tls_cert_reload_failures_total", "Changed TLS certificate files that did not load (the previous certificate was kept).", &m.CertReloadFailures),
 		counter("push_acks_total", "PUSH_ACK frames received.", &m.PushAcks),
 		counter("late_responses_total", "Responses from logic that arrived after their request was answered.", &m.LateResponses),
 		counter("closed_dropped_total", "Closed notifications that could not be queued to logic.", &m.ClosedDropped),

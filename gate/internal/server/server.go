@@ -6,6 +6,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -65,6 +66,11 @@ type Server struct {
 	// proxy is the PROXY protocol stage, nil when gate.proxy_protocol is
 	// off.
 	proxy *proxyPolicy
+	// certs, tlsConf and tlsSlots (the handshakes in progress) serve the
+	// TLS listener; nil when gate.tls_cert_file is unset.
+	certs    *certStore
+	tlsConf  *tls.Config
+	tlsSlots chan struct{}
 
 	// ctx is the base of every connection's context; set once by Start.
 	ctx    context.Context
@@ -73,6 +79,8 @@ type Server struct {
 	up       *Upstream
 	evl      netpoll.EventLoop
 	tcpLn    netpoll.Listener
+	tlsEvl   netpoll.EventLoop
+	tlsLn    netpoll.Listener
 	pushSrv  *grpc.Server
 	pushLn   net.Listener
 	health   *health.Server
@@ -125,13 +133,36 @@ func New(opts Options) (*Server, error) {
 		}
 		proxy = p
 	}
+	if cfg.TLSHandshakeTimeout <= 0 {
+		cfg.TLSHandshakeTimeout = defaultTLSHandshakeTimeout
+	}
+	if cfg.TLSMaxHandshakes <= 0 {
+		cfg.TLSMaxHandshakes = defaultTLSMaxHandshakes
+	}
+	metrics := NewMetrics(opts.Registry)
+	var certs *certStore
+	var tlsConf *tls.Config
+	var tlsSlots chan struct{}
+	if cfg.TLSEnabled() {
+		if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" || cfg.TLSAddr == "" {
+			return nil, errors.New("server: gate.tls_cert_file, gate.tls_key_file and gate.tls_addr must be set together")
+		}
+		c, err := newCertStore(cfg.TLSCertFile, cfg.TLSKeyFile, opts.Logger, metrics)
+		if err != nil {
+			return nil, fmt.Errorf("server: tls: %w", err)
+		}
+		certs, tlsConf, tlsSlots = c, newTLSConfig(c), make(chan struct{}, cfg.TLSMaxHandshakes)
+	}
 	t := NewTable(cfg.Shards)
 	return &Server{
+		certs:    certs,
+		tlsConf:  tlsConf,
+		tlsSlots: tlsSlots,
 		proxy:    proxy,
 		cfg:      cfg,
 		secret:   opts.ClusterSecret,
 		log:      opts.Logger,
-		metrics:  NewMetrics(opts.Registry),
+		metrics:  metrics,
 		table:    t,
 		ids:      envelope.NewIDSource(),
 		connIDs:  NewConnIDs(time.Now()),
@@ -186,10 +217,23 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 
-	if err := s.listenTCP(); err != nil {
+	ln, evl, err := s.listenStream(s.cfg.TCPAddr, false)
+	if err != nil {
 		s.pushSrv.Stop()
 		up.closeConns()
 		return err
+	}
+	s.tcpLn, s.evl = ln, evl
+	if s.certs != nil {
+		ln, evl, err := s.listenStream(s.cfg.TLSAddr, true)
+		if err != nil {
+			_ = s.evl.Shutdown(ctx)
+			s.pushSrv.Stop()
+			up.closeConns()
+			return err
+		}
+		s.tlsLn, s.tlsEvl = ln, evl
+		go s.certs.watch(s.ctx, s.cfg.TLSReloadInterval)
 	}
 
 	up.cfg.ClientAddrs = s.clientAddrs()
@@ -229,7 +273,19 @@ func (s *Server) clientAddrs() []string {
 	if len(s.cfg.ClientAdvertise) > 0 {
 		return s.cfg.ClientAdvertise
 	}
-	return []string{"tcp://" + s.tcpLn.Addr().String()}
+	addrs := []string{"tcp://" + s.tcpLn.Addr().String()}
+	if s.tlsLn != nil {
+		addrs = append(addrs, "tls://"+s.tlsLn.Addr().String())
+	}
+	return addrs
+}
+
+// TLSAddr returns the bound TLS address, "" when TLS is off.
+func (s *Server) TLSAddr() string {
+	if s.tlsLn == nil {
+		return ""
+	}
+	return s.tlsLn.Addr().String()
 }
 
 // TCPAddr returns the bound client address.
@@ -300,6 +356,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	lctx, lcancel := context.WithTimeout(ctx, time.Second)
 	defer lcancel()
 	_ = s.evl.Shutdown(lctx)
+	if s.tlsEvl != nil {
+		_ = s.tlsEvl.Shutdown(lctx)
+	}
 
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ucancel()

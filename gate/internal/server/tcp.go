@@ -17,14 +17,20 @@ import (
 // connKey is the netpoll connection context's key for its *tcpConn.
 type connKey struct{}
 
-// tcpConn is the plain-TCP transport of one netpoll connection: it reads
-// the PROXY header when gate.proxy_protocol is on, then feeds the bytes
-// netpoll has read to the stream decoder and the decoded frames to the
-// session, and writes the session's frames to the socket.
+// tcpConn is the stream transport of one netpoll connection: it reads
+// the PROXY header when gate.proxy_protocol is on, then (on the TLS
+// listener) runs the TLS handshake and decrypts, feeds the bytes to the
+// stream decoder and the decoded frames to the session, and writes the
+// session's frames to the socket.
 type tcpConn struct {
 	s   *Server
 	nc  netpoll.Connection
 	dec streamDecoder
+	// sec is the TLS layer on the TLS listener, nil on plain TCP.
+	sec *tlsLayer
+	// realIP is the client's address once known (socket peer or PROXY
+	// header); the event loop alone touches it.
+	realIP string
 
 	// proxyBuf holds a PROXY header that has not fully arrived; awaiting
 	// is set until the header is complete, for the header deadline's
@@ -43,6 +49,12 @@ type tcpConn struct {
 // WriteFrames implements Transport. netpoll's Write blocks until the bytes
 // are handed to the kernel or the connection's write timeout expires.
 func (t *tcpConn) WriteFrames(b []byte) error {
+	if t.sec != nil {
+		if _, err := t.sec.tc.Write(b); err != nil {
+			return fmt.Errorf("tls: write: %w", err)
+		}
+		return nil
+	}
 	if _, err := t.nc.Write(b); err != nil {
 		return fmt.Errorf("tcp: write: %w", err)
 	}
@@ -53,7 +65,12 @@ func (t *tcpConn) WriteFrames(b []byte) error {
 func (t *tcpConn) Close() error { return t.nc.Close() }
 
 // Kind implements Transport.
-func (t *tcpConn) Kind() string { return "tcp" }
+func (t *tcpConn) Kind() string {
+	if t.sec != nil {
+		return "tls"
+	}
+	return "tcp"
+}
 
 // open starts the session with the client's real address, unless the
 // socket closed meanwhile; a nil result means there is no session.
@@ -76,6 +93,9 @@ func (t *tcpConn) onClosed(netpoll.Connection) error {
 	if t.proxyTimer != nil {
 		t.proxyTimer.Stop()
 	}
+	if t.sec != nil {
+		t.sec.timer.Stop()
+	}
 	if c != nil {
 		t.s.closeSession(c)
 	}
@@ -90,45 +110,59 @@ func (t *tcpConn) onFrame(ctx context.Context, h frame.Header, body []byte, alia
 	return t.s.handleFrame(ctx, t.c, h, body, aliased)
 }
 
-// listenTCP binds the client TCP listener and serves it on a netpoll event
-// loop in the background.
-func (s *Server) listenTCP() error {
-	ln, err := netpoll.CreateListener("tcp", s.cfg.TCPAddr)
+// listenStream binds a client stream listener (plain TCP, or TLS when
+// secure) and serves it on its own netpoll event loop in the background.
+func (s *Server) listenStream(addr string, secure bool) (netpoll.Listener, netpoll.EventLoop, error) {
+	kind := "tcp"
+	if secure {
+		kind = "tls"
+	}
+	ln, err := netpoll.CreateListener("tcp", addr)
 	if err != nil {
-		return fmt.Errorf("server: listen tcp %s: %w", s.cfg.TCPAddr, err)
+		return nil, nil, fmt.Errorf("server: listen %s %s: %w", kind, addr, err)
 	}
 	evl, err := netpoll.NewEventLoop(s.onRequest,
-		netpoll.WithOnPrepare(s.onPrepare),
+		netpoll.WithOnPrepare(func(nc netpoll.Connection) context.Context { return s.onPrepare(nc, secure) }),
 		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
 	)
 	if err != nil {
 		_ = ln.Close()
-		return fmt.Errorf("server: event loop: %w", err)
+		return nil, nil, fmt.Errorf("server: %s event loop: %w", kind, err)
 	}
-	s.tcpLn, s.evl = ln, evl
 	go func() {
 		if err := evl.Serve(ln); err != nil && !s.draining.Load() {
-			s.serveErr <- fmt.Errorf("server: tcp: %w", err)
+			s.serveErr <- fmt.Errorf("server: %s: %w", kind, err)
 		}
 	}()
-	return nil
+	return ln, evl, nil
 }
 
 // onPrepare runs once per accepted socket, before netpoll registers it.
-func (s *Server) onPrepare(nc netpoll.Connection) context.Context {
+// A plain connection without PROXY header starts its session here; the
+// others once the header has named the client and the handshake is done.
+func (s *Server) onPrepare(nc netpoll.Connection, secure bool) context.Context {
 	if s.draining.Load() {
 		_ = nc.Close()
 		return s.ctx
 	}
 	t := &tcpConn{s: s, nc: nc, dec: streamDecoder{maxFrame: s.cfg.MaxFrameSize}}
+	if secure {
+		t.armTLS(nc)
+	}
 	if s.proxy == nil {
-		t.open(remoteIP(nc.RemoteAddr()))
+		t.realIP = remoteIP(nc.RemoteAddr())
+		if !secure {
+			t.open(t.realIP)
+		}
 		_ = nc.AddCloseCallback(t.onClosed)
 		return context.WithValue(s.ctx, connKey{}, t)
 	}
 	// The session starts only once the header names the client, so
 	// nothing (logs, logic's real_ip) ever sees the balancer's address.
 	if !s.proxy.trusts(nc.RemoteAddr()) {
+		if t.sec != nil {
+			t.sec.timer.Stop()
+		}
 		s.proxyReject(nc, "untrusted source", nil)
 		return s.ctx
 	}
@@ -162,27 +196,46 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 	r := nc.Reader()
 	defer func() { _ = r.Release() }()
 	if t.c == nil {
-		if !t.awaiting.Load() {
+		if t.awaiting.Load() {
+			realIP, err := t.readProxyHeader(r)
+			if err != nil {
+				_ = r.Skip(r.Len())
+				s.proxyReject(nc, "bad header", err)
+				return nil
+			}
+			if realIP == "" {
+				return nil
+			}
+			t.awaiting.Store(false)
+			t.proxyTimer.Stop()
+			t.realIP = realIP
+		} else if t.sec == nil || t.sec.done.Load() {
+			// The session could not start (closed or draining).
 			_ = r.Skip(r.Len())
 			return nc.Close()
 		}
-		realIP, err := t.readProxyHeader(r)
-		if err != nil {
-			_ = r.Skip(r.Len())
-			s.proxyReject(nc, "bad header", err)
-			return nil
+		if t.sec != nil && !t.sec.done.Load() {
+			if r.Len() == 0 {
+				// Exactly the PROXY header so far.
+				return nil
+			}
+			if err := t.handshake(); err != nil {
+				s.log.Debug("tls handshake failed, closing", zap.String("real_ip", t.realIP), zap.Error(err))
+				_ = r.Skip(r.Len())
+				return nc.Close()
+			}
 		}
-		if realIP == "" {
-			return nil
-		}
-		t.awaiting.Store(false)
-		t.proxyTimer.Stop()
-		if t.open(realIP) == nil {
+		if t.open(t.realIP) == nil {
 			_ = r.Skip(r.Len())
 			return nc.Close()
 		}
 	}
-	err := t.dec.feed(ctx, r, t)
+	var err error
+	if t.sec != nil {
+		err = t.readTLS(ctx)
+	} else {
+		err = t.dec.feed(ctx, r, t)
+	}
 	var bad *badStreamError
 	switch {
 	case err == nil, errors.Is(err, errDecodeStopped):

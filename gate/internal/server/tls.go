@@ -1,0 +1,202 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"go.uber.org/zap"
+)
+
+// TLS on netpoll (docs/decisions.md 60, notes/netpoll-tls-ws-proxy.md):
+// crypto/tls runs over npConn, a thin net.Conn over the netpoll connection.
+// The handshake runs in the connection's first OnRequest with npConn in
+// blocking mode (a tls.Conn's handshake error is sticky, so it cannot be
+// resumed when bytes run out), bounded by gate.tls_max_handshakes and a
+// deadline from accept. Afterwards npConn is non-blocking: its Read hands
+// over only what netpoll has already buffered, else errWouldBlock, which
+// crypto/tls treats as temporary and retryable, keeping a partial record
+// in its own buffer. So OnRequest reads plaintext until it would block,
+// feeds it to the same stream decoder plain TCP uses, and returns with
+// netpoll's buffer empty; the next bytes re-trigger it. The split-record
+// test guards this reliance on crypto/tls against a Go upgrade.
+
+const (
+	// defaultTLSHandshakeTimeout bounds PROXY header plus handshake from
+	// accept when gate.tls_handshake_timeout is unset.
+	defaultTLSHandshakeTimeout = 10 * time.Second
+	// defaultTLSMaxHandshakes bounds handshakes in progress when
+	// gate.tls_max_handshakes is unset.
+	defaultTLSMaxHandshakes = 512
+	// tlsPlainBuf is one TLS record's largest plaintext.
+	tlsPlainBuf = 16 << 10
+)
+
+// errWouldBlock is npConn's answer when netpoll has no buffered bytes after
+// the handshake. It is a net.Error that is both Timeout and Temporary, the
+// kind crypto/tls does not make sticky.
+var errWouldBlock = wouldBlockError{}
+
+type wouldBlockError struct{}
+
+func (wouldBlockError) Error() string   { return "tls: no buffered bytes yet" }
+func (wouldBlockError) Timeout() bool   { return true }
+func (wouldBlockError) Temporary() bool { return true }
+
+// npConn is the net.Conn crypto/tls reads and writes: writes go straight
+// to netpoll (with its write timeout); reads come from netpoll's buffer.
+type npConn struct {
+	netpoll.Connection
+	nonblock atomic.Bool
+}
+
+// Read copies what netpoll has buffered. Before the handshake is done it
+// waits for at least one byte (bounded by the read timeout and the
+// handshake timer, which closes the connection); afterwards it never
+// waits.
+func (c *npConn) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	r := c.Reader()
+	n := r.Len()
+	if n == 0 {
+		if c.nonblock.Load() {
+			return 0, errWouldBlock
+		}
+		if _, err := r.Peek(1); err != nil {
+			return 0, fmt.Errorf("tls: wait for bytes: %w", err)
+		}
+		n = r.Len()
+	}
+	n = min(n, len(p))
+	b, err := r.Next(n)
+	if err != nil {
+		return 0, fmt.Errorf("tls: read: %w", err)
+	}
+	copy(p, b)
+	// The bytes are copied: netpoll may reuse its buffer.
+	_ = r.Release()
+	return n, nil
+}
+
+// tlsLayer is the TLS state of one connection on the TLS listener.
+type tlsLayer struct {
+	raw *npConn
+	tc  *tls.Conn
+	// done is set once the handshake succeeded; timer closes the
+	// connection if it has not by the deadline.
+	done  atomic.Bool
+	timer *time.Timer
+}
+
+// plainBufs lends OnRequest a buffer for one record's plaintext, so an idle
+// TLS connection holds none of its own.
+var plainBufs = sync.Pool{New: func() any { b := make([]byte, tlsPlainBuf); return &b }}
+
+// sliceSource is a byteSource over decrypted bytes that the decoder must
+// consume before the buffer is reused.
+type sliceSource struct{ b []byte }
+
+func (s *sliceSource) Len() int { return len(s.b) }
+
+func (s *sliceSource) Peek(n int) ([]byte, error) {
+	if n > len(s.b) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return s.b[:n], nil
+}
+
+func (s *sliceSource) Next(n int) ([]byte, error) {
+	if n > len(s.b) {
+		return nil, io.ErrUnexpectedEOF
+	}
+	b := s.b[:n]
+	s.b = s.b[n:]
+	return b, nil
+}
+
+// newTLSConfig is the listener's configuration: TLS 1.2 at least, the
+// certificate taken from the store at each handshake so reloads apply to
+// new connections only.
+func newTLSConfig(certs *certStore) *tls.Config {
+	return &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: certs.getCertificate,
+	}
+}
+
+// armTLS prepares the TLS layer of an accepted socket and its handshake
+// deadline, counted from accept so a slow PROXY header or a trickled
+// ClientHello cannot extend it.
+func (t *tcpConn) armTLS(nc netpoll.Connection) {
+	s := t.s
+	raw := &npConn{Connection: nc}
+	t.sec = &tlsLayer{raw: raw, tc: tls.Server(raw, s.tlsConf)}
+	_ = nc.SetReadTimeout(s.cfg.TLSHandshakeTimeout)
+	sec := t.sec
+	sec.timer = time.AfterFunc(s.cfg.TLSHandshakeTimeout, func() {
+		if !sec.done.Load() {
+			s.metrics.TLSHandshakeFailures.Add(1)
+			s.log.Debug("tls handshake timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
+			_ = nc.Close()
+		}
+	})
+}
+
+// handshake runs the server handshake in blocking mode within a slot of
+// gate.tls_max_handshakes; with every slot taken the connection is refused
+// at once rather than holding another goroutine.
+func (t *tcpConn) handshake() error {
+	s := t.s
+	select {
+	case s.tlsSlots <- struct{}{}:
+	default:
+		s.metrics.TLSHandshakeRejects.Add(1)
+		return errors.New("tls: too many handshakes in progress")
+	}
+	// Handshake, not HandshakeContext: a cancellable context costs a
+	// watcher goroutine per handshake; the timer from armTLS bounds it.
+	err := t.sec.tc.Handshake()
+	<-s.tlsSlots
+	if err != nil {
+		s.metrics.TLSHandshakeFailures.Add(1)
+		return fmt.Errorf("tls: handshake: %w", err)
+	}
+	t.sec.done.Store(true)
+	t.sec.timer.Stop()
+	t.sec.raw.nonblock.Store(true)
+	_ = t.nc.SetReadTimeout(0)
+	return nil
+}
+
+// readTLS decrypts every record netpoll has delivered and feeds the
+// plaintext to the stream decoder, until crypto/tls would have to wait.
+// It returns nil then, or the decoder's or the connection's error.
+func (t *tcpConn) readTLS(ctx context.Context) error {
+	bp := plainBufs.Get().(*[]byte)
+	defer plainBufs.Put(bp)
+	buf := *bp
+	for {
+		n, err := t.sec.tc.Read(buf)
+		if n > 0 {
+			src := sliceSource{b: buf[:n]}
+			if ferr := t.dec.feed(ctx, &src, t); ferr != nil {
+				return ferr
+			}
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, errWouldBlock):
+			return nil
+		default:
+			return fmt.Errorf("tls: read: %w", err)
+		}
+	}
+}
