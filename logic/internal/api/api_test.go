@@ -482,6 +482,27 @@ func TestUsers(t *testing.T) {
 	if c, _ := errcode.Of(err); c != errcode.BadToken {
 		t.Fatalf("AUTH of a disabled user: %v, want 40101", err)
 	}
+
+	// Enable: active again; the old token stays revoked, a new one works.
+	en, err := e.api.EnableUser(ctx, &logicv1.EnableUserRequest{UserId: uid})
+	if err != nil || en.Status != 1 {
+		t.Fatalf("enable %+v %v", en, err)
+	}
+	_, _, err = e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 2}, protocol.AuthRequest{Token: tok, DeviceID: "phone"})
+	if c, _ := errcode.Of(err); c != errcode.BadToken {
+		t.Fatalf("AUTH with the token revoked by the disable: %v, want 40101", err)
+	}
+	time.Sleep(1100 * time.Millisecond) // tokens carry whole seconds (decision 46)
+	fresh, _, _ := token.Mint([]byte(secret), uid, "", time.Hour, time.Now())
+	if _, _, err := e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 3}, protocol.AuthRequest{Token: fresh, DeviceID: "phone"}); err != nil {
+		t.Fatalf("AUTH with a new token after enabling: %v", err)
+	}
+	if _, err := e.api.EnableUser(ctx, &logicv1.EnableUserRequest{UserId: testenv.RandomUserID()}); status.Code(err) != codes.NotFound {
+		t.Fatalf("enabling an unknown user: %v, want NOT_FOUND", err)
+	}
+	if _, err := e.api.EnableUser(ctx, &logicv1.EnableUserRequest{}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("enabling user 0: %v, want INVALID_ARGUMENT", err)
+	}
 }
 
 func TestRevokeTokens(t *testing.T) {

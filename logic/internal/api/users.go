@@ -47,6 +47,18 @@ func (s *Server) DisableUser(ctx context.Context, req *logicv1.DisableUserReques
 	return &logicv1.DisableUserReply{Kicked: uint32(r.Kicked)}, nil
 }
 
+// EnableUser lets a disabled user sign in again with a new token.
+func (s *Server) EnableUser(ctx context.Context, req *logicv1.EnableUserRequest) (*logicv1.User, error) {
+	if err := positive("user_id", req.UserId); err != nil {
+		return nil, err
+	}
+	p, err := s.users.Enable(ctx, req.UserId)
+	if err != nil {
+		return nil, s.statusOf("EnableUser", err)
+	}
+	return userOf(p), nil
+}
+
 func userOf(p user.Profile) *logicv1.User {
 	return &logicv1.User{
 		UserId: p.UserID, Nickname: p.Nickname, Avatar: p.Avatar, Extra: string(p.Extra),

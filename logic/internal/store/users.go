@@ -108,6 +108,28 @@ FROM t_users WHERE id = ?`, id)
 	return p, nil
 }
 
+// EnableUser sets a user's status back to UserActive; ErrNotFound when the
+// user has no row. Its revoked tokens stay revoked.
+func (s *Store) EnableUser(ctx context.Context, id int64, now time.Time) error {
+	res, err := s.db.ExecContext(ctx, "UPDATE t_users SET status = ?, updated_at = ? WHERE id = ?", UserActive, ms(now), id)
+	if err != nil {
+		return fmt.Errorf("store: enable user %d: %w", id, err)
+	}
+	// RowsAffected counts changed rows only (an active user changes
+	// nothing), so existence is read separately.
+	if n, err := res.RowsAffected(); err == nil && n > 0 {
+		return nil
+	}
+	ok, err := s.UserExists(ctx, id)
+	if err != nil {
+		return fmt.Errorf("store: enable user %d: %w", id, err)
+	}
+	if !ok {
+		return ErrNotFound
+	}
+	return nil
+}
+
 // RevokeTokens makes tokens of the user issued before validAfterMs invalid
 // (never moving an earlier revocation back) and, with disable, sets the
 // user's status to UserDisabled. A user without a row gets one, so tokens

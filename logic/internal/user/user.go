@@ -199,6 +199,22 @@ func (s *Service) Disable(ctx context.Context, uid int64) (Revoked, error) {
 	return s.revoke(ctx, uid, true, ReasonDisabled)
 }
 
+// Enable lets a disabled user sign in again (40401 for an unknown user)
+// and returns the profile. Tokens revoked by the disable stay revoked.
+func (s *Service) Enable(ctx context.Context, uid int64) (Profile, error) {
+	if err := checkID(uid); err != nil {
+		return Profile{}, err
+	}
+	err := s.store.EnableUser(ctx, uid, s.now())
+	if errors.Is(err, store.ErrNotFound) {
+		return Profile{}, errcode.New(errcode.NotFound, "user not found")
+	}
+	if err != nil {
+		return Profile{}, busy(fmt.Errorf("user: enable: %w", err))
+	}
+	return s.Get(ctx, uid)
+}
+
 func (s *Service) revoke(ctx context.Context, uid int64, disable bool, reason string) (Revoked, error) {
 	if err := checkID(uid); err != nil {
 		return Revoked{}, err

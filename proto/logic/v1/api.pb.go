@@ -379,6 +379,50 @@ func (x *DisableUserReply) GetKicked() uint32 {
 	return 0
 }
 
+type EnableUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EnableUserRequest) Reset() {
+	*x = EnableUserRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EnableUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EnableUserRequest) ProtoMessage() {}
+
+func (x *EnableUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EnableUserRequest.ProtoReflect.Descriptor instead.
+func (*EnableUserRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *EnableUserRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
 type IssueTokenRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
@@ -392,7 +436,7 @@ type IssueTokenRequest struct {
 
 func (x *IssueTokenRequest) Reset() {
 	*x = IssueTokenRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[5]
+	mi := &file_logic_v1_api_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +448,7 @@ func (x *IssueTokenRequest) String() string {
 func (*IssueTokenRequest) ProtoMessage() {}
 
 func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[5]
+	mi := &file_logic_v1_api_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +461,7 @@ func (x *IssueTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenRequest.ProtoReflect.Descriptor instead.
 func (*IssueTokenRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{5}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *IssueTokenRequest) GetUserId() int64 {
@@ -451,7 +495,7 @@ type IssueTokenReply struct {
 
 func (x *IssueTokenReply) Reset() {
 	*x = IssueTokenReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[6]
+	mi := &file_logic_v1_api_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +507,7 @@ func (x *IssueTokenReply) String() string {
 func (*IssueTokenReply) ProtoMessage() {}
 
 func (x *IssueTokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[6]
+	mi := &file_logic_v1_api_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +520,7 @@ func (x *IssueTokenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IssueTokenReply.ProtoReflect.Descriptor instead.
 func (*IssueTokenReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{6}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *IssueTokenReply) GetToken() string {
@@ -502,7 +546,7 @@ type RevokeTokensRequest struct {
 
 func (x *RevokeTokensRequest) Reset() {
 	*x = RevokeTokensRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[7]
+	mi := &file_logic_v1_api_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +558,7 @@ func (x *RevokeTokensRequest) String() string {
 func (*RevokeTokensRequest) ProtoMessage() {}
 
 func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[7]
+	mi := &file_logic_v1_api_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +571,7 @@ func (x *RevokeTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokensRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{7}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RevokeTokensRequest) GetUserId() int64 {
@@ -549,7 +593,7 @@ type RevokeTokensReply struct {
 
 func (x *RevokeTokensReply) Reset() {
 	*x = RevokeTokensReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[8]
+	mi := &file_logic_v1_api_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +605,7 @@ func (x *RevokeTokensReply) String() string {
 func (*RevokeTokensReply) ProtoMessage() {}
 
 func (x *RevokeTokensReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[8]
+	mi := &file_logic_v1_api_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +618,7 @@ func (x *RevokeTokensReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokensReply.ProtoReflect.Descriptor instead.
 func (*RevokeTokensReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{8}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RevokeTokensReply) GetValidAfterMs() int64 {
@@ -601,7 +645,7 @@ type FriendPair struct {
 
 func (x *FriendPair) Reset() {
 	*x = FriendPair{}
-	mi := &file_logic_v1_api_proto_msgTypes[9]
+	mi := &file_logic_v1_api_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -613,7 +657,7 @@ func (x *FriendPair) String() string {
 func (*FriendPair) ProtoMessage() {}
 
 func (x *FriendPair) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[9]
+	mi := &file_logic_v1_api_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -626,7 +670,7 @@ func (x *FriendPair) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FriendPair.ProtoReflect.Descriptor instead.
 func (*FriendPair) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{9}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *FriendPair) GetUserId() int64 {
@@ -654,7 +698,7 @@ type FriendRequestRequest struct {
 
 func (x *FriendRequestRequest) Reset() {
 	*x = FriendRequestRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[10]
+	mi := &file_logic_v1_api_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +710,7 @@ func (x *FriendRequestRequest) String() string {
 func (*FriendRequestRequest) ProtoMessage() {}
 
 func (x *FriendRequestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[10]
+	mi := &file_logic_v1_api_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +723,7 @@ func (x *FriendRequestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FriendRequestRequest.ProtoReflect.Descriptor instead.
 func (*FriendRequestRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{10}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *FriendRequestRequest) GetUserId() int64 {
@@ -713,7 +757,7 @@ type BlockRequest struct {
 
 func (x *BlockRequest) Reset() {
 	*x = BlockRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[11]
+	mi := &file_logic_v1_api_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +769,7 @@ func (x *BlockRequest) String() string {
 func (*BlockRequest) ProtoMessage() {}
 
 func (x *BlockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[11]
+	mi := &file_logic_v1_api_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +782,7 @@ func (x *BlockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BlockRequest.ProtoReflect.Descriptor instead.
 func (*BlockRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{11}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BlockRequest) GetUserId() int64 {
@@ -766,7 +810,7 @@ type ChangeReply struct {
 
 func (x *ChangeReply) Reset() {
 	*x = ChangeReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[12]
+	mi := &file_logic_v1_api_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +822,7 @@ func (x *ChangeReply) String() string {
 func (*ChangeReply) ProtoMessage() {}
 
 func (x *ChangeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[12]
+	mi := &file_logic_v1_api_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +835,7 @@ func (x *ChangeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeReply.ProtoReflect.Descriptor instead.
 func (*ChangeReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{12}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ChangeReply) GetChanged() bool {
@@ -814,7 +858,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[13]
+	mi := &file_logic_v1_api_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +870,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[13]
+	mi := &file_logic_v1_api_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +883,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{13}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListRequest) GetUserId() int64 {
@@ -874,7 +918,7 @@ type Friend struct {
 
 func (x *Friend) Reset() {
 	*x = Friend{}
-	mi := &file_logic_v1_api_proto_msgTypes[14]
+	mi := &file_logic_v1_api_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +930,7 @@ func (x *Friend) String() string {
 func (*Friend) ProtoMessage() {}
 
 func (x *Friend) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[14]
+	mi := &file_logic_v1_api_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +943,7 @@ func (x *Friend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Friend.ProtoReflect.Descriptor instead.
 func (*Friend) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{14}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Friend) GetUserId() int64 {
@@ -934,7 +978,7 @@ type ListFriendsReply struct {
 
 func (x *ListFriendsReply) Reset() {
 	*x = ListFriendsReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[15]
+	mi := &file_logic_v1_api_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +990,7 @@ func (x *ListFriendsReply) String() string {
 func (*ListFriendsReply) ProtoMessage() {}
 
 func (x *ListFriendsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[15]
+	mi := &file_logic_v1_api_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1003,7 @@ func (x *ListFriendsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFriendsReply.ProtoReflect.Descriptor instead.
 func (*ListFriendsReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{15}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListFriendsReply) GetFriends() []*Friend {
@@ -993,7 +1037,7 @@ type Blocked struct {
 
 func (x *Blocked) Reset() {
 	*x = Blocked{}
-	mi := &file_logic_v1_api_proto_msgTypes[16]
+	mi := &file_logic_v1_api_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1005,7 +1049,7 @@ func (x *Blocked) String() string {
 func (*Blocked) ProtoMessage() {}
 
 func (x *Blocked) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[16]
+	mi := &file_logic_v1_api_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1018,7 +1062,7 @@ func (x *Blocked) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Blocked.ProtoReflect.Descriptor instead.
 func (*Blocked) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{16}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Blocked) GetUserId() int64 {
@@ -1046,7 +1090,7 @@ type ListBlocksReply struct {
 
 func (x *ListBlocksReply) Reset() {
 	*x = ListBlocksReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[17]
+	mi := &file_logic_v1_api_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1058,7 +1102,7 @@ func (x *ListBlocksReply) String() string {
 func (*ListBlocksReply) ProtoMessage() {}
 
 func (x *ListBlocksReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[17]
+	mi := &file_logic_v1_api_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1071,7 +1115,7 @@ func (x *ListBlocksReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBlocksReply.ProtoReflect.Descriptor instead.
 func (*ListBlocksReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{17}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListBlocksReply) GetBlocked() []*Blocked {
@@ -1118,7 +1162,7 @@ type Group struct {
 
 func (x *Group) Reset() {
 	*x = Group{}
-	mi := &file_logic_v1_api_proto_msgTypes[18]
+	mi := &file_logic_v1_api_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1174,7 @@ func (x *Group) String() string {
 func (*Group) ProtoMessage() {}
 
 func (x *Group) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[18]
+	mi := &file_logic_v1_api_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1187,7 @@ func (x *Group) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Group.ProtoReflect.Descriptor instead.
 func (*Group) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{18}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Group) GetGroupId() int64 {
@@ -1252,7 +1296,7 @@ type GroupReply struct {
 
 func (x *GroupReply) Reset() {
 	*x = GroupReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[19]
+	mi := &file_logic_v1_api_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1308,7 @@ func (x *GroupReply) String() string {
 func (*GroupReply) ProtoMessage() {}
 
 func (x *GroupReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[19]
+	mi := &file_logic_v1_api_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1321,7 @@ func (x *GroupReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupReply.ProtoReflect.Descriptor instead.
 func (*GroupReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{19}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GroupReply) GetGroup() *Group {
@@ -1321,7 +1365,7 @@ type CreateGroupRequest struct {
 
 func (x *CreateGroupRequest) Reset() {
 	*x = CreateGroupRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[20]
+	mi := &file_logic_v1_api_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1333,7 +1377,7 @@ func (x *CreateGroupRequest) String() string {
 func (*CreateGroupRequest) ProtoMessage() {}
 
 func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[20]
+	mi := &file_logic_v1_api_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1346,7 +1390,7 @@ func (x *CreateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateGroupRequest.ProtoReflect.Descriptor instead.
 func (*CreateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{20}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateGroupRequest) GetOwnerId() int64 {
@@ -1394,7 +1438,7 @@ type GroupRef struct {
 
 func (x *GroupRef) Reset() {
 	*x = GroupRef{}
-	mi := &file_logic_v1_api_proto_msgTypes[21]
+	mi := &file_logic_v1_api_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1406,7 +1450,7 @@ func (x *GroupRef) String() string {
 func (*GroupRef) ProtoMessage() {}
 
 func (x *GroupRef) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[21]
+	mi := &file_logic_v1_api_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1419,7 +1463,7 @@ func (x *GroupRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupRef.ProtoReflect.Descriptor instead.
 func (*GroupRef) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{21}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GroupRef) GetOperatorId() int64 {
@@ -1447,7 +1491,7 @@ type ChangeGroupMembersRequest struct {
 
 func (x *ChangeGroupMembersRequest) Reset() {
 	*x = ChangeGroupMembersRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[22]
+	mi := &file_logic_v1_api_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1503,7 @@ func (x *ChangeGroupMembersRequest) String() string {
 func (*ChangeGroupMembersRequest) ProtoMessage() {}
 
 func (x *ChangeGroupMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[22]
+	mi := &file_logic_v1_api_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1516,7 @@ func (x *ChangeGroupMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangeGroupMembersRequest.ProtoReflect.Descriptor instead.
 func (*ChangeGroupMembersRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{22}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ChangeGroupMembersRequest) GetOperatorId() int64 {
@@ -1506,7 +1550,7 @@ type LeaveGroupRequest struct {
 
 func (x *LeaveGroupRequest) Reset() {
 	*x = LeaveGroupRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[23]
+	mi := &file_logic_v1_api_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1518,7 +1562,7 @@ func (x *LeaveGroupRequest) String() string {
 func (*LeaveGroupRequest) ProtoMessage() {}
 
 func (x *LeaveGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[23]
+	mi := &file_logic_v1_api_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1531,7 +1575,7 @@ func (x *LeaveGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaveGroupRequest.ProtoReflect.Descriptor instead.
 func (*LeaveGroupRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{23}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LeaveGroupRequest) GetGroupId() int64 {
@@ -1560,7 +1604,7 @@ type SetGroupRoleRequest struct {
 
 func (x *SetGroupRoleRequest) Reset() {
 	*x = SetGroupRoleRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[24]
+	mi := &file_logic_v1_api_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1616,7 @@ func (x *SetGroupRoleRequest) String() string {
 func (*SetGroupRoleRequest) ProtoMessage() {}
 
 func (x *SetGroupRoleRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[24]
+	mi := &file_logic_v1_api_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1629,7 @@ func (x *SetGroupRoleRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetGroupRoleRequest.ProtoReflect.Descriptor instead.
 func (*SetGroupRoleRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{24}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SetGroupRoleRequest) GetOperatorId() int64 {
@@ -1627,7 +1671,7 @@ type MuteGroupRequest struct {
 
 func (x *MuteGroupRequest) Reset() {
 	*x = MuteGroupRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[25]
+	mi := &file_logic_v1_api_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1683,7 @@ func (x *MuteGroupRequest) String() string {
 func (*MuteGroupRequest) ProtoMessage() {}
 
 func (x *MuteGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[25]
+	mi := &file_logic_v1_api_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1696,7 @@ func (x *MuteGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteGroupRequest.ProtoReflect.Descriptor instead.
 func (*MuteGroupRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{25}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *MuteGroupRequest) GetOperatorId() int64 {
@@ -1689,7 +1733,7 @@ type MuteGroupMemberRequest struct {
 
 func (x *MuteGroupMemberRequest) Reset() {
 	*x = MuteGroupMemberRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[26]
+	mi := &file_logic_v1_api_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1745,7 @@ func (x *MuteGroupMemberRequest) String() string {
 func (*MuteGroupMemberRequest) ProtoMessage() {}
 
 func (x *MuteGroupMemberRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[26]
+	mi := &file_logic_v1_api_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1758,7 @@ func (x *MuteGroupMemberRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MuteGroupMemberRequest.ProtoReflect.Descriptor instead.
 func (*MuteGroupMemberRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{26}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *MuteGroupMemberRequest) GetOperatorId() int64 {
@@ -1756,7 +1800,7 @@ type TransferGroupRequest struct {
 
 func (x *TransferGroupRequest) Reset() {
 	*x = TransferGroupRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[27]
+	mi := &file_logic_v1_api_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1768,7 +1812,7 @@ func (x *TransferGroupRequest) String() string {
 func (*TransferGroupRequest) ProtoMessage() {}
 
 func (x *TransferGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[27]
+	mi := &file_logic_v1_api_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1781,7 +1825,7 @@ func (x *TransferGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferGroupRequest.ProtoReflect.Descriptor instead.
 func (*TransferGroupRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{27}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TransferGroupRequest) GetOperatorId() int64 {
@@ -1818,7 +1862,7 @@ type UpdateGroupRequest struct {
 
 func (x *UpdateGroupRequest) Reset() {
 	*x = UpdateGroupRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[28]
+	mi := &file_logic_v1_api_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1830,7 +1874,7 @@ func (x *UpdateGroupRequest) String() string {
 func (*UpdateGroupRequest) ProtoMessage() {}
 
 func (x *UpdateGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[28]
+	mi := &file_logic_v1_api_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1843,7 +1887,7 @@ func (x *UpdateGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateGroupRequest.ProtoReflect.Descriptor instead.
 func (*UpdateGroupRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{28}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UpdateGroupRequest) GetOperatorId() int64 {
@@ -1894,7 +1938,7 @@ type ListGroupMembersRequest struct {
 
 func (x *ListGroupMembersRequest) Reset() {
 	*x = ListGroupMembersRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[29]
+	mi := &file_logic_v1_api_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1906,7 +1950,7 @@ func (x *ListGroupMembersRequest) String() string {
 func (*ListGroupMembersRequest) ProtoMessage() {}
 
 func (x *ListGroupMembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[29]
+	mi := &file_logic_v1_api_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1919,7 +1963,7 @@ func (x *ListGroupMembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupMembersRequest.ProtoReflect.Descriptor instead.
 func (*ListGroupMembersRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{29}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListGroupMembersRequest) GetOperatorId() int64 {
@@ -1963,7 +2007,7 @@ type GroupMember struct {
 
 func (x *GroupMember) Reset() {
 	*x = GroupMember{}
-	mi := &file_logic_v1_api_proto_msgTypes[30]
+	mi := &file_logic_v1_api_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1975,7 +2019,7 @@ func (x *GroupMember) String() string {
 func (*GroupMember) ProtoMessage() {}
 
 func (x *GroupMember) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[30]
+	mi := &file_logic_v1_api_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1988,7 +2032,7 @@ func (x *GroupMember) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMember.ProtoReflect.Descriptor instead.
 func (*GroupMember) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{30}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GroupMember) GetUserId() int64 {
@@ -2031,7 +2075,7 @@ type ListGroupMembersReply struct {
 
 func (x *ListGroupMembersReply) Reset() {
 	*x = ListGroupMembersReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[31]
+	mi := &file_logic_v1_api_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2087,7 @@ func (x *ListGroupMembersReply) String() string {
 func (*ListGroupMembersReply) ProtoMessage() {}
 
 func (x *ListGroupMembersReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[31]
+	mi := &file_logic_v1_api_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2100,7 @@ func (x *ListGroupMembersReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGroupMembersReply.ProtoReflect.Descriptor instead.
 func (*ListGroupMembersReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{31}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListGroupMembersReply) GetMembers() []*GroupMember {
@@ -2105,7 +2149,7 @@ type SendMessageRequest struct {
 
 func (x *SendMessageRequest) Reset() {
 	*x = SendMessageRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[32]
+	mi := &file_logic_v1_api_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2117,7 +2161,7 @@ func (x *SendMessageRequest) String() string {
 func (*SendMessageRequest) ProtoMessage() {}
 
 func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[32]
+	mi := &file_logic_v1_api_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2130,7 +2174,7 @@ func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
 func (*SendMessageRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{32}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *SendMessageRequest) GetSenderId() int64 {
@@ -2215,7 +2259,7 @@ type SendMessageReply struct {
 
 func (x *SendMessageReply) Reset() {
 	*x = SendMessageReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[33]
+	mi := &file_logic_v1_api_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2227,7 +2271,7 @@ func (x *SendMessageReply) String() string {
 func (*SendMessageReply) ProtoMessage() {}
 
 func (x *SendMessageReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[33]
+	mi := &file_logic_v1_api_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2240,7 +2284,7 @@ func (x *SendMessageReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageReply.ProtoReflect.Descriptor instead.
 func (*SendMessageReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{33}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SendMessageReply) GetMsgId() int64 {
@@ -2287,7 +2331,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[34]
+	mi := &file_logic_v1_api_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2299,7 +2343,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[34]
+	mi := &file_logic_v1_api_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2312,7 +2356,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{34}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetHistoryRequest) GetUserId() int64 {
@@ -2362,7 +2406,7 @@ type HistoryMessage struct {
 
 func (x *HistoryMessage) Reset() {
 	*x = HistoryMessage{}
-	mi := &file_logic_v1_api_proto_msgTypes[35]
+	mi := &file_logic_v1_api_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2374,7 +2418,7 @@ func (x *HistoryMessage) String() string {
 func (*HistoryMessage) ProtoMessage() {}
 
 func (x *HistoryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[35]
+	mi := &file_logic_v1_api_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2387,7 +2431,7 @@ func (x *HistoryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryMessage.ProtoReflect.Descriptor instead.
 func (*HistoryMessage) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *HistoryMessage) GetMsgId() int64 {
@@ -2465,7 +2509,7 @@ type GetHistoryReply struct {
 
 func (x *GetHistoryReply) Reset() {
 	*x = GetHistoryReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[36]
+	mi := &file_logic_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2477,7 +2521,7 @@ func (x *GetHistoryReply) String() string {
 func (*GetHistoryReply) ProtoMessage() {}
 
 func (x *GetHistoryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[36]
+	mi := &file_logic_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2490,7 +2534,7 @@ func (x *GetHistoryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryReply.ProtoReflect.Descriptor instead.
 func (*GetHistoryReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetHistoryReply) GetMessages() []*HistoryMessage {
@@ -2525,7 +2569,7 @@ type PushToUsersRequest struct {
 
 func (x *PushToUsersRequest) Reset() {
 	*x = PushToUsersRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[37]
+	mi := &file_logic_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2581,7 @@ func (x *PushToUsersRequest) String() string {
 func (*PushToUsersRequest) ProtoMessage() {}
 
 func (x *PushToUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[37]
+	mi := &file_logic_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2594,7 @@ func (x *PushToUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushToUsersRequest.ProtoReflect.Descriptor instead.
 func (*PushToUsersRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *PushToUsersRequest) GetUserIds() []int64 {
@@ -2577,7 +2621,7 @@ type BroadcastRequest struct {
 
 func (x *BroadcastRequest) Reset() {
 	*x = BroadcastRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[38]
+	mi := &file_logic_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2589,7 +2633,7 @@ func (x *BroadcastRequest) String() string {
 func (*BroadcastRequest) ProtoMessage() {}
 
 func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[38]
+	mi := &file_logic_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2602,7 +2646,7 @@ func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *BroadcastRequest) GetPayload() string {
@@ -2626,7 +2670,7 @@ type PushReply struct {
 
 func (x *PushReply) Reset() {
 	*x = PushReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[39]
+	mi := &file_logic_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2638,7 +2682,7 @@ func (x *PushReply) String() string {
 func (*PushReply) ProtoMessage() {}
 
 func (x *PushReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[39]
+	mi := &file_logic_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2651,7 +2695,7 @@ func (x *PushReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushReply.ProtoReflect.Descriptor instead.
 func (*PushReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PushReply) GetDelivered() uint32 {
@@ -2684,7 +2728,7 @@ type GetPresenceRequest struct {
 
 func (x *GetPresenceRequest) Reset() {
 	*x = GetPresenceRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[40]
+	mi := &file_logic_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2696,7 +2740,7 @@ func (x *GetPresenceRequest) String() string {
 func (*GetPresenceRequest) ProtoMessage() {}
 
 func (x *GetPresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[40]
+	mi := &file_logic_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2709,7 +2753,7 @@ func (x *GetPresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPresenceRequest.ProtoReflect.Descriptor instead.
 func (*GetPresenceRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *GetPresenceRequest) GetUserIds() []int64 {
@@ -2731,7 +2775,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_logic_v1_api_proto_msgTypes[41]
+	mi := &file_logic_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2743,7 +2787,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[41]
+	mi := &file_logic_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2756,7 +2800,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Device) GetDeviceId() string {
@@ -2798,7 +2842,7 @@ type Presence struct {
 
 func (x *Presence) Reset() {
 	*x = Presence{}
-	mi := &file_logic_v1_api_proto_msgTypes[42]
+	mi := &file_logic_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2854,7 @@ func (x *Presence) String() string {
 func (*Presence) ProtoMessage() {}
 
 func (x *Presence) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[42]
+	mi := &file_logic_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2867,7 @@ func (x *Presence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Presence.ProtoReflect.Descriptor instead.
 func (*Presence) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Presence) GetUserId() int64 {
@@ -2849,7 +2893,7 @@ type GetPresenceReply struct {
 
 func (x *GetPresenceReply) Reset() {
 	*x = GetPresenceReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[43]
+	mi := &file_logic_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2861,7 +2905,7 @@ func (x *GetPresenceReply) String() string {
 func (*GetPresenceReply) ProtoMessage() {}
 
 func (x *GetPresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[43]
+	mi := &file_logic_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2874,7 +2918,7 @@ func (x *GetPresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPresenceReply.ProtoReflect.Descriptor instead.
 func (*GetPresenceReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetPresenceReply) GetUsers() []*Presence {
@@ -2892,7 +2936,7 @@ type ListGatesRequest struct {
 
 func (x *ListGatesRequest) Reset() {
 	*x = ListGatesRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[44]
+	mi := &file_logic_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2904,7 +2948,7 @@ func (x *ListGatesRequest) String() string {
 func (*ListGatesRequest) ProtoMessage() {}
 
 func (x *ListGatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[44]
+	mi := &file_logic_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2917,7 +2961,7 @@ func (x *ListGatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatesRequest.ProtoReflect.Descriptor instead.
 func (*ListGatesRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 type GateInfo struct {
@@ -2938,7 +2982,7 @@ type GateInfo struct {
 
 func (x *GateInfo) Reset() {
 	*x = GateInfo{}
-	mi := &file_logic_v1_api_proto_msgTypes[45]
+	mi := &file_logic_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2950,7 +2994,7 @@ func (x *GateInfo) String() string {
 func (*GateInfo) ProtoMessage() {}
 
 func (x *GateInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[45]
+	mi := &file_logic_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2963,7 +3007,7 @@ func (x *GateInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateInfo.ProtoReflect.Descriptor instead.
 func (*GateInfo) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GateInfo) GetGateId() string {
@@ -3024,7 +3068,7 @@ type ListGatesReply struct {
 
 func (x *ListGatesReply) Reset() {
 	*x = ListGatesReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[46]
+	mi := &file_logic_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3080,7 @@ func (x *ListGatesReply) String() string {
 func (*ListGatesReply) ProtoMessage() {}
 
 func (x *ListGatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[46]
+	mi := &file_logic_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3093,7 @@ func (x *ListGatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatesReply.ProtoReflect.Descriptor instead.
 func (*ListGatesReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListGatesReply) GetGates() []*GateInfo {
@@ -3086,7 +3130,9 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x12DisableUserRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\"*\n" +
 	"\x10DisableUserReply\x12\x16\n" +
-	"\x06kicked\x18\x01 \x01(\rR\x06kicked\"j\n" +
+	"\x06kicked\x18\x01 \x01(\rR\x06kicked\",\n" +
+	"\x11EnableUserRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\"j\n" +
 	"\x11IssueTokenRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
 	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12\x1f\n" +
@@ -3298,12 +3344,14 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\x9b\x10\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xd6\x10\n" +
 	"\x03Api\x129\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\x123\n" +
 	"\aGetUser\x12\x18.logic.v1.GetUserRequest\x1a\x0e.logic.v1.User\x12G\n" +
-	"\vDisableUser\x12\x1c.logic.v1.DisableUserRequest\x1a\x1a.logic.v1.DisableUserReply\x12D\n" +
+	"\vDisableUser\x12\x1c.logic.v1.DisableUserRequest\x1a\x1a.logic.v1.DisableUserReply\x129\n" +
+	"\n" +
+	"EnableUser\x12\x1b.logic.v1.EnableUserRequest\x1a\x0e.logic.v1.User\x12D\n" +
 	"\n" +
 	"IssueToken\x12\x1b.logic.v1.IssueTokenRequest\x1a\x19.logic.v1.IssueTokenReply\x12J\n" +
 	"\fRevokeTokens\x12\x1d.logic.v1.RevokeTokensRequest\x1a\x1b.logic.v1.RevokeTokensReply\x128\n" +
@@ -3350,7 +3398,7 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_logic_v1_api_proto_goTypes = []any{
 	(GroupRole)(0),                    // 0: logic.v1.GroupRole
 	(*UpsertUserRequest)(nil),         // 1: logic.v1.UpsertUserRequest
@@ -3358,124 +3406,127 @@ var file_logic_v1_api_proto_goTypes = []any{
 	(*User)(nil),                      // 3: logic.v1.User
 	(*DisableUserRequest)(nil),        // 4: logic.v1.DisableUserRequest
 	(*DisableUserReply)(nil),          // 5: logic.v1.DisableUserReply
-	(*IssueTokenRequest)(nil),         // 6: logic.v1.IssueTokenRequest
-	(*IssueTokenReply)(nil),           // 7: logic.v1.IssueTokenReply
-	(*RevokeTokensRequest)(nil),       // 8: logic.v1.RevokeTokensRequest
-	(*RevokeTokensReply)(nil),         // 9: logic.v1.RevokeTokensReply
-	(*FriendPair)(nil),                // 10: logic.v1.FriendPair
-	(*FriendRequestRequest)(nil),      // 11: logic.v1.FriendRequestRequest
-	(*BlockRequest)(nil),              // 12: logic.v1.BlockRequest
-	(*ChangeReply)(nil),               // 13: logic.v1.ChangeReply
-	(*ListRequest)(nil),               // 14: logic.v1.ListRequest
-	(*Friend)(nil),                    // 15: logic.v1.Friend
-	(*ListFriendsReply)(nil),          // 16: logic.v1.ListFriendsReply
-	(*Blocked)(nil),                   // 17: logic.v1.Blocked
-	(*ListBlocksReply)(nil),           // 18: logic.v1.ListBlocksReply
-	(*Group)(nil),                     // 19: logic.v1.Group
-	(*GroupReply)(nil),                // 20: logic.v1.GroupReply
-	(*CreateGroupRequest)(nil),        // 21: logic.v1.CreateGroupRequest
-	(*GroupRef)(nil),                  // 22: logic.v1.GroupRef
-	(*ChangeGroupMembersRequest)(nil), // 23: logic.v1.ChangeGroupMembersRequest
-	(*LeaveGroupRequest)(nil),         // 24: logic.v1.LeaveGroupRequest
-	(*SetGroupRoleRequest)(nil),       // 25: logic.v1.SetGroupRoleRequest
-	(*MuteGroupRequest)(nil),          // 26: logic.v1.MuteGroupRequest
-	(*MuteGroupMemberRequest)(nil),    // 27: logic.v1.MuteGroupMemberRequest
-	(*TransferGroupRequest)(nil),      // 28: logic.v1.TransferGroupRequest
-	(*UpdateGroupRequest)(nil),        // 29: logic.v1.UpdateGroupRequest
-	(*ListGroupMembersRequest)(nil),   // 30: logic.v1.ListGroupMembersRequest
-	(*GroupMember)(nil),               // 31: logic.v1.GroupMember
-	(*ListGroupMembersReply)(nil),     // 32: logic.v1.ListGroupMembersReply
-	(*SendMessageRequest)(nil),        // 33: logic.v1.SendMessageRequest
-	(*SendMessageReply)(nil),          // 34: logic.v1.SendMessageReply
-	(*GetHistoryRequest)(nil),         // 35: logic.v1.GetHistoryRequest
-	(*HistoryMessage)(nil),            // 36: logic.v1.HistoryMessage
-	(*GetHistoryReply)(nil),           // 37: logic.v1.GetHistoryReply
-	(*PushToUsersRequest)(nil),        // 38: logic.v1.PushToUsersRequest
-	(*BroadcastRequest)(nil),          // 39: logic.v1.BroadcastRequest
-	(*PushReply)(nil),                 // 40: logic.v1.PushReply
-	(*GetPresenceRequest)(nil),        // 41: logic.v1.GetPresenceRequest
-	(*Device)(nil),                    // 42: logic.v1.Device
-	(*Presence)(nil),                  // 43: logic.v1.Presence
-	(*GetPresenceReply)(nil),          // 44: logic.v1.GetPresenceReply
-	(*ListGatesRequest)(nil),          // 45: logic.v1.ListGatesRequest
-	(*GateInfo)(nil),                  // 46: logic.v1.GateInfo
-	(*ListGatesReply)(nil),            // 47: logic.v1.ListGatesReply
+	(*EnableUserRequest)(nil),         // 6: logic.v1.EnableUserRequest
+	(*IssueTokenRequest)(nil),         // 7: logic.v1.IssueTokenRequest
+	(*IssueTokenReply)(nil),           // 8: logic.v1.IssueTokenReply
+	(*RevokeTokensRequest)(nil),       // 9: logic.v1.RevokeTokensRequest
+	(*RevokeTokensReply)(nil),         // 10: logic.v1.RevokeTokensReply
+	(*FriendPair)(nil),                // 11: logic.v1.FriendPair
+	(*FriendRequestRequest)(nil),      // 12: logic.v1.FriendRequestRequest
+	(*BlockRequest)(nil),              // 13: logic.v1.BlockRequest
+	(*ChangeReply)(nil),               // 14: logic.v1.ChangeReply
+	(*ListRequest)(nil),               // 15: logic.v1.ListRequest
+	(*Friend)(nil),                    // 16: logic.v1.Friend
+	(*ListFriendsReply)(nil),          // 17: logic.v1.ListFriendsReply
+	(*Blocked)(nil),                   // 18: logic.v1.Blocked
+	(*ListBlocksReply)(nil),           // 19: logic.v1.ListBlocksReply
+	(*Group)(nil),                     // 20: logic.v1.Group
+	(*GroupReply)(nil),                // 21: logic.v1.GroupReply
+	(*CreateGroupRequest)(nil),        // 22: logic.v1.CreateGroupRequest
+	(*GroupRef)(nil),                  // 23: logic.v1.GroupRef
+	(*ChangeGroupMembersRequest)(nil), // 24: logic.v1.ChangeGroupMembersRequest
+	(*LeaveGroupRequest)(nil),         // 25: logic.v1.LeaveGroupRequest
+	(*SetGroupRoleRequest)(nil),       // 26: logic.v1.SetGroupRoleRequest
+	(*MuteGroupRequest)(nil),          // 27: logic.v1.MuteGroupRequest
+	(*MuteGroupMemberRequest)(nil),    // 28: logic.v1.MuteGroupMemberRequest
+	(*TransferGroupRequest)(nil),      // 29: logic.v1.TransferGroupRequest
+	(*UpdateGroupRequest)(nil),        // 30: logic.v1.UpdateGroupRequest
+	(*ListGroupMembersRequest)(nil),   // 31: logic.v1.ListGroupMembersRequest
+	(*GroupMember)(nil),               // 32: logic.v1.GroupMember
+	(*ListGroupMembersReply)(nil),     // 33: logic.v1.ListGroupMembersReply
+	(*SendMessageRequest)(nil),        // 34: logic.v1.SendMessageRequest
+	(*SendMessageReply)(nil),          // 35: logic.v1.SendMessageReply
+	(*GetHistoryRequest)(nil),         // 36: logic.v1.GetHistoryRequest
+	(*HistoryMessage)(nil),            // 37: logic.v1.HistoryMessage
+	(*GetHistoryReply)(nil),           // 38: logic.v1.GetHistoryReply
+	(*PushToUsersRequest)(nil),        // 39: logic.v1.PushToUsersRequest
+	(*BroadcastRequest)(nil),          // 40: logic.v1.BroadcastRequest
+	(*PushReply)(nil),                 // 41: logic.v1.PushReply
+	(*GetPresenceRequest)(nil),        // 42: logic.v1.GetPresenceRequest
+	(*Device)(nil),                    // 43: logic.v1.Device
+	(*Presence)(nil),                  // 44: logic.v1.Presence
+	(*GetPresenceReply)(nil),          // 45: logic.v1.GetPresenceReply
+	(*ListGatesRequest)(nil),          // 46: logic.v1.ListGatesRequest
+	(*GateInfo)(nil),                  // 47: logic.v1.GateInfo
+	(*ListGatesReply)(nil),            // 48: logic.v1.ListGatesReply
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
-	15, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
-	17, // 1: logic.v1.ListBlocksReply.blocked:type_name -> logic.v1.Blocked
-	19, // 2: logic.v1.GroupReply.group:type_name -> logic.v1.Group
+	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
+	18, // 1: logic.v1.ListBlocksReply.blocked:type_name -> logic.v1.Blocked
+	20, // 2: logic.v1.GroupReply.group:type_name -> logic.v1.Group
 	0,  // 3: logic.v1.SetGroupRoleRequest.role:type_name -> logic.v1.GroupRole
 	0,  // 4: logic.v1.GroupMember.role:type_name -> logic.v1.GroupRole
-	31, // 5: logic.v1.ListGroupMembersReply.members:type_name -> logic.v1.GroupMember
-	36, // 6: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
-	42, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
-	43, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
-	46, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
+	32, // 5: logic.v1.ListGroupMembersReply.members:type_name -> logic.v1.GroupMember
+	37, // 6: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
+	43, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
+	44, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
+	47, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
 	1,  // 10: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
 	2,  // 11: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
 	4,  // 12: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
-	6,  // 13: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
-	8,  // 14: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
-	10, // 15: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
-	11, // 16: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
-	10, // 17: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
-	10, // 18: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
-	14, // 19: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
-	12, // 20: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
-	12, // 21: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
-	14, // 22: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
-	21, // 23: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
-	23, // 24: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	23, // 25: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	24, // 26: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
-	25, // 27: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
-	26, // 28: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
-	27, // 29: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
-	28, // 30: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
-	22, // 31: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
-	29, // 32: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
-	22, // 33: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
-	30, // 34: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
-	33, // 35: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
-	35, // 36: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
-	38, // 37: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
-	39, // 38: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
-	41, // 39: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	45, // 40: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	3,  // 41: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 42: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 43: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	7,  // 44: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	9,  // 45: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	13, // 46: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	13, // 47: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	13, // 48: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	13, // 49: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	16, // 50: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	13, // 51: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	13, // 52: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	18, // 53: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	20, // 54: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	20, // 55: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	20, // 56: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	20, // 57: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	20, // 58: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	20, // 59: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	20, // 60: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	20, // 61: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	20, // 62: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	20, // 63: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	19, // 64: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	32, // 65: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	34, // 66: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	37, // 67: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	40, // 68: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	40, // 69: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	44, // 70: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	47, // 71: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	41, // [41:72] is the sub-list for method output_type
-	10, // [10:41] is the sub-list for method input_type
+	6,  // 13: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
+	7,  // 14: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
+	9,  // 15: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
+	11, // 16: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
+	12, // 17: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
+	11, // 18: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
+	11, // 19: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
+	15, // 20: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
+	13, // 21: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
+	13, // 22: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
+	15, // 23: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
+	22, // 24: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
+	24, // 25: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	24, // 26: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	25, // 27: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
+	26, // 28: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
+	27, // 29: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
+	28, // 30: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
+	29, // 31: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
+	23, // 32: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
+	30, // 33: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
+	23, // 34: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
+	31, // 35: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
+	34, // 36: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
+	36, // 37: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	39, // 38: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	40, // 39: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	42, // 40: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	46, // 41: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	3,  // 42: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 43: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 44: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 45: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 46: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 47: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 48: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 49: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 50: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 51: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 52: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 53: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 54: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 55: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 56: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 57: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 58: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 59: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 60: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 61: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 62: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 63: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 64: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 65: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 66: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 67: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 68: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	38, // 69: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	41, // 70: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	41, // 71: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	45, // 72: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	48, // 73: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	42, // [42:74] is the sub-list for method output_type
+	10, // [10:42] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -3487,14 +3538,14 @@ func file_logic_v1_api_proto_init() {
 		return
 	}
 	file_logic_v1_api_proto_msgTypes[0].OneofWrappers = []any{}
-	file_logic_v1_api_proto_msgTypes[28].OneofWrappers = []any{}
+	file_logic_v1_api_proto_msgTypes[29].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   47,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,6 +22,7 @@ const (
 	Api_UpsertUser_FullMethodName         = "/logic.v1.Api/UpsertUser"
 	Api_GetUser_FullMethodName            = "/logic.v1.Api/GetUser"
 	Api_DisableUser_FullMethodName        = "/logic.v1.Api/DisableUser"
+	Api_EnableUser_FullMethodName         = "/logic.v1.Api/EnableUser"
 	Api_IssueToken_FullMethodName         = "/logic.v1.Api/IssueToken"
 	Api_RevokeTokens_FullMethodName       = "/logic.v1.Api/RevokeTokens"
 	Api_AddFriend_FullMethodName          = "/logic.v1.Api/AddFriend"
@@ -70,6 +71,9 @@ type ApiClient interface {
 	// DisableUser sets the user's status to disabled (AUTH is then refused),
 	// revokes their tokens and kicks their live connections.
 	DisableUser(ctx context.Context, in *DisableUserRequest, opts ...grpc.CallOption) (*DisableUserReply, error)
+	// EnableUser lets a disabled user sign in again. Tokens revoked when the
+	// user was disabled stay revoked: the user needs a new token.
+	EnableUser(ctx context.Context, in *EnableUserRequest, opts ...grpc.CallOption) (*User, error)
 	// IssueToken mints a client token (HS256 JWT) for a user and, optionally,
 	// one device.
 	IssueToken(ctx context.Context, in *IssueTokenRequest, opts ...grpc.CallOption) (*IssueTokenReply, error)
@@ -166,6 +170,16 @@ func (c *apiClient) DisableUser(ctx context.Context, in *DisableUserRequest, opt
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DisableUserReply)
 	err := c.cc.Invoke(ctx, Api_DisableUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) EnableUser(ctx context.Context, in *EnableUserRequest, opts ...grpc.CallOption) (*User, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(User)
+	err := c.cc.Invoke(ctx, Api_EnableUser_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -470,6 +484,9 @@ type ApiServer interface {
 	// DisableUser sets the user's status to disabled (AUTH is then refused),
 	// revokes their tokens and kicks their live connections.
 	DisableUser(context.Context, *DisableUserRequest) (*DisableUserReply, error)
+	// EnableUser lets a disabled user sign in again. Tokens revoked when the
+	// user was disabled stay revoked: the user needs a new token.
+	EnableUser(context.Context, *EnableUserRequest) (*User, error)
 	// IssueToken mints a client token (HS256 JWT) for a user and, optionally,
 	// one device.
 	IssueToken(context.Context, *IssueTokenRequest) (*IssueTokenReply, error)
@@ -550,6 +567,9 @@ func (UnimplementedApiServer) GetUser(context.Context, *GetUserRequest) (*User, 
 }
 func (UnimplementedApiServer) DisableUser(context.Context, *DisableUserRequest) (*DisableUserReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method DisableUser not implemented")
+}
+func (UnimplementedApiServer) EnableUser(context.Context, *EnableUserRequest) (*User, error) {
+	return nil, status.Error(codes.Unimplemented, "method EnableUser not implemented")
 }
 func (UnimplementedApiServer) IssueToken(context.Context, *IssueTokenRequest) (*IssueTokenReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method IssueToken not implemented")
@@ -706,6 +726,24 @@ func _Api_DisableUser_Handler(srv interface{}, ctx context.Context, dec func(int
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ApiServer).DisableUser(ctx, req.(*DisableUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_EnableUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EnableUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).EnableUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_EnableUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).EnableUser(ctx, req.(*EnableUserRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1232,6 +1270,10 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DisableUser",
 			Handler:    _Api_DisableUser_Handler,
+		},
+		{
+			MethodName: "EnableUser",
+			Handler:    _Api_EnableUser_Handler,
 		},
 		{
 			MethodName: "IssueToken",
