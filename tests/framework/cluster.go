@@ -36,12 +36,17 @@ type Options struct {
 	Env []string
 	// GateEnv, LogicEnv and DeliverEnv are added to that kind only.
 	GateEnv, LogicEnv, DeliverEnv []string
+	// GateTLS, when set, gives every gate a TLS listener (GateProc.TLSAddr)
+	// with this certificate.
+	GateTLS *GateTLS
 }
 
 // GateProc is a gate with its addresses.
 type GateProc struct {
 	*Process
 	ID, TCPAddr, PushAddr, AdminAddr string
+	// TLSAddr is the TLS listener, "" unless Options.GateTLS is set.
+	TLSAddr string
 }
 
 // LogicProc is a logic process with its addresses.
@@ -141,6 +146,11 @@ deliver:
 			"IM_GATE_ID=" + g.ID, "IM_GATE_TCP_ADDR=" + g.TCPAddr, "IM_GATE_PUSH_ADDR=" + g.PushAddr,
 			"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_LOGIC_ADDRS=" + strings.Join(logicAddrs, ","),
 		}, o.Env...), o.GateEnv...)
+		if o.GateTLS != nil {
+			g.TLSAddr = port()
+			env = append(env, "IM_GATE_TLS_ADDR="+g.TLSAddr,
+				"IM_GATE_TLS_CERT_FILE="+o.GateTLS.CertFile, "IM_GATE_TLS_KEY_FILE="+o.GateTLS.KeyFile)
+		}
 		g.Process = NewProcess(t, g.ID, bins.Gate, []string{"-config", c.Config}, env)
 		c.Gates = append(c.Gates, g)
 	}
