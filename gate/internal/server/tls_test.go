@@ -335,3 +335,36 @@ func (f *tlsFixture) waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TLS 1.1 and plaintext frames on the TLS listener are refused at the
+// handshake; the gate keeps serving others.
+func TestTLSRefusesOldVersionsAndPlaintext(t *testing.T) {
+	f := tlsGate(t, nil)
+	raw, err := net.DialTimeout("tcp", f.s.TLSAddr(), safety)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := tls.Client(raw, &tls.Config{RootCAs: f.ca.pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11})
+	_ = tc.SetDeadline(time.Now().Add(safety))
+	if err := tc.Handshake(); err == nil {
+		t.Fatal("TLS 1.1 handshake succeeded")
+	}
+	_ = tc.Close()
+
+	plain, err := net.DialTimeout("tcp", f.s.TLSAddr(), safety)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	c := &client{t: t, nc: plain}
+	c.send(protocol.CmdHeartbeat, 1, 1, nil)
+	c.expectClosed()
+	if f.s.metrics.TLSHandshakeFailures.Load() < 2 {
+		t.Fatalf("handshake failures %d, want 2", f.s.metrics.TLSHandshakeFailures.Load())
+	}
+	if n := f.s.metrics.Connections.Load(); n != 0 {
+		t.Fatalf("%d sessions opened for failed handshakes", n)
+	}
+	ok, _ := f.dialTLS(t, nil)
+	ok.auth(4, "dev-ok")
+}
