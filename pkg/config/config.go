@@ -225,7 +225,7 @@ var defaults = map[string]any{
 	"gate.proxy_protocol":        false,
 	"gate.proxy_trusted_cidrs":   []string{},
 	"gate.proxy_header_timeout":  3 * time.Second,
-	"gate.tls_addr":              "127.0.0.1:8101",
+	"gate.tls_addr":              "127.0.0.1:8443",
 	"gate.tls_cert_file":         "",
 	"gate.tls_key_file":          "",
 	"gate.tls_reload_interval":   5 * time.Second,

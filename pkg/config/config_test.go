@@ -97,7 +97,7 @@ func TestLoadTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Gate.TLSEnabled() || c.Gate.TLSAddr != "127.0.0.1:8101" || c.Gate.TLSMaxHandshakes != 512 {
+	if c.Gate.TLSEnabled() || c.Gate.TLSAddr != "127.0.0.1:8443" || c.Gate.TLSMaxHandshakes != 512 {
 		t.Fatalf("tls defaults: enabled=%v addr=%q max=%d", c.Gate.TLSEnabled(), c.Gate.TLSAddr, c.Gate.TLSMaxHandshakes)
 	}
 	t.Setenv("IM_GATE_TLS_CERT_FILE", "/x/cert.pem")
