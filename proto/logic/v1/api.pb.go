@@ -2968,7 +2968,7 @@ type GateInfo struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	GateId string                 `protobuf:"bytes,1,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
 	// client_addrs are the addresses clients connect to, e.g.
-	// "tcp://gate1.example.com:8100".
+	// "tcp://gate1.example.com:8100" and, with TLS on, "tls://...:8443".
 	ClientAddrs   []string `protobuf:"bytes,2,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
 	PushAddr      string   `protobuf:"bytes,3,opt,name=push_addr,json=pushAddr,proto3" json:"push_addr,omitempty"`
 	StartedAtMs   int64    `protobuf:"varint,4,opt,name=started_at_ms,json=startedAtMs,proto3" json:"started_at_ms,omitempty"`

@@ -222,8 +222,8 @@ type Hello struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	GateId   string                 `protobuf:"bytes,1,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
 	PushAddr string                 `protobuf:"bytes,2,opt,name=push_addr,json=pushAddr,proto3" json:"push_addr,omitempty"`
-	// client_addrs are the addresses clients connect to
-	// ("tcp://host:port"), listed by the business API's ListGates.
+	// client_addrs are the addresses clients connect to ("tcp://host:port",
+	// "tls://host:port"), listed by the business API's ListGates.
 	ClientAddrs   []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
