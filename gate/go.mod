@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/cloudwego/netpoll v0.7.2
+	github.com/gobwas/ws v1.5.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sparkim/spark/pkg v0.0.0
 	github.com/sparkim/spark/proto v0.0.0
@@ -18,6 +19,7 @@ require (
 	github.com/cloudwego/gopkg v0.1.4 // indirect
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
+	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect

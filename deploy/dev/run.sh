@@ -48,14 +48,16 @@ start logic   IM_LOGIC_MACHINE_ID=1 bin/logic -config "$cfg";  wait_ready logic
 start deliver IM_DELIVER_ID=deliver-1 bin/deliver -config "$cfg"; wait_ready deliver
 start gate-1  IM_GATE_ID=gate-1 bin/gate -config "$cfg";  wait_ready gate-1
 start gate-2  IM_GATE_ID=gate-2 IM_GATE_TCP_ADDR=127.0.0.1:8101 IM_GATE_PUSH_ADDR=127.0.0.1:8111 \
-  IM_GATE_ADMIN_ADDR=127.0.0.1:8121 bin/gate -config "$cfg"; wait_ready gate-2
+  IM_GATE_ADMIN_ADDR=127.0.0.1:8121 IM_GATE_WS_ADDR=127.0.0.1:8181 bin/gate -config "$cfg"; wait_ready gate-2
 
 cat <<TXT
 
 Spark IM is running (config $cfg, logs in $logs/).
 
   gate-1    client TCP 127.0.0.1:8100   push gRPC 127.0.0.1:8110   admin http://127.0.0.1:8120
+            WebSocket ws://127.0.0.1:8180/ws
   gate-2    client TCP 127.0.0.1:8101   push gRPC 127.0.0.1:8111   admin http://127.0.0.1:8121
+            WebSocket ws://127.0.0.1:8181/ws
   logic     gRPC 127.0.0.1:9000 (Gateway, Api, health, reflection)  admin http://127.0.0.1:9020
   deliver   admin http://127.0.0.1:9040
   MySQL     $IM_LOGIC_MYSQL_DSN

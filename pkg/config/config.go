@@ -9,6 +9,8 @@ package config
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"strings"
 	"time"
 
@@ -113,6 +115,15 @@ type Gate struct {
 	// closed at once and the client retries).
 	TLSHandshakeTimeout time.Duration `mapstructure:"tls_handshake_timeout"`
 	TLSMaxHandshakes    int           `mapstructure:"tls_max_handshakes"`
+	// WSAddr is the WebSocket listener (upgrade on path /ws), its own
+	// port so H5 clients in a browser can reach the gate; "" turns it
+	// off. Each binary message carries exactly one Spark frame.
+	WSAddr string `mapstructure:"ws_addr"`
+	// WSAllowedOrigins, when set, refuses upgrades whose Origin header
+	// names another site (403). Empty allows any origin: H5 pages live on
+	// the businesses' own domains and the token, not the origin,
+	// authenticates. Entries are scheme://host[:port].
+	WSAllowedOrigins []string `mapstructure:"ws_allowed_origins"`
 }
 
 // TLSEnabled reports whether the gate terminates TLS on TLSAddr.
@@ -231,6 +242,8 @@ var defaults = map[string]any{
 	"gate.tls_reload_interval":   5 * time.Second,
 	"gate.tls_handshake_timeout": 10 * time.Second,
 	"gate.tls_max_handshakes":    512,
+	"gate.ws_addr":               "127.0.0.1:8180",
+	"gate.ws_allowed_origins":    []string{},
 	"logic.grpc_addr":            "127.0.0.1:9000",
 	"logic.admin_addr":           "127.0.0.1:9020",
 	"logic.machine_id":           1,
@@ -305,6 +318,9 @@ func Load(path string) (*Config, error) {
 			return nil, errors.New("config: gate.tls_max_handshakes must be at least 1")
 		}
 	}
+	if err := validateWS(c.Gate); err != nil {
+		return nil, err
+	}
 	if c.Queue.Partitions < 1 {
 		return nil, errors.New("config: queue.partitions must be at least 1")
 	}
@@ -331,6 +347,26 @@ func Load(path string) (*Config, error) {
 func RequireSecret(name, value string) error {
 	if value == "" {
 		return fmt.Errorf("config: %s is empty; set it in the config file or IM_%s", name, strings.ToUpper(strings.ReplaceAll(name, ".", "_")))
+	}
+	return nil
+}
+
+// validateWS checks the WebSocket listener's address and origin list at
+// load, so a typo fails the gate's start instead of refusing every browser.
+func validateWS(g Gate) error {
+	if g.WSAddr != "" {
+		if _, _, err := net.SplitHostPort(g.WSAddr); err != nil {
+			return fmt.Errorf("config: gate.ws_addr %q: %w", g.WSAddr, err)
+		}
+	}
+	for _, o := range g.WSAllowedOrigins {
+		u, err := url.Parse(o)
+		if err != nil {
+			return fmt.Errorf("config: gate.ws_allowed_origins %q: %w", o, err)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+			return fmt.Errorf("config: gate.ws_allowed_origins %q: want scheme://host[:port]", o)
+		}
 	}
 	return nil
 }

@@ -117,3 +117,34 @@ func TestLoadTLS(t *testing.T) {
 		t.Fatal("tls_max_handshakes 0 accepted")
 	}
 }
+
+// WebSocket listens on its own port by default and allows any origin; a
+// bad address or an origin that is not scheme://host fails the load.
+func TestLoadWS(t *testing.T) {
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gate.WSAddr != "127.0.0.1:8180" || len(c.Gate.WSAllowedOrigins) != 0 {
+		t.Fatalf("ws defaults: addr=%q origins=%v", c.Gate.WSAddr, c.Gate.WSAllowedOrigins)
+	}
+	t.Setenv("IM_GATE_WS_ALLOWED_ORIGINS", "https://h5.example.com,http://localhost:3000")
+	c, err = Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Gate.WSAllowedOrigins) != 2 || c.Gate.WSAllowedOrigins[1] != "http://localhost:3000" {
+		t.Fatalf("origins %v", c.Gate.WSAllowedOrigins)
+	}
+	for _, bad := range []string{"h5.example.com", "https://h5.example.com/app", "ftp://x"} {
+		t.Setenv("IM_GATE_WS_ALLOWED_ORIGINS", bad)
+		if _, err := Load(""); err == nil {
+			t.Fatalf("origin %q accepted", bad)
+		}
+	}
+	t.Setenv("IM_GATE_WS_ALLOWED_ORIGINS", "")
+	t.Setenv("IM_GATE_WS_ADDR", "no-port")
+	if _, err := Load(""); err == nil {
+		t.Fatal("ws_addr without port accepted")
+	}
+}

@@ -47,6 +47,9 @@ type GateProc struct {
 	ID, TCPAddr, PushAddr, AdminAddr string
 	// TLSAddr is the TLS listener, "" unless Options.GateTLS is set.
 	TLSAddr string
+	// WSAddr is the WebSocket listener (ws://WSAddr/ws); every gate has
+	// one on a free port, so gates never collide on the default.
+	WSAddr string
 }
 
 // LogicProc is a logic process with its addresses.
@@ -141,10 +144,11 @@ deliver:
 		c.Delivers = append(c.Delivers, d)
 	}
 	for i := 0; i < o.Gates; i++ {
-		g := &GateProc{ID: fmt.Sprintf("gate-%d", i+1), TCPAddr: port(), PushAddr: port(), AdminAddr: port()}
+		g := &GateProc{ID: fmt.Sprintf("gate-%d", i+1), TCPAddr: port(), PushAddr: port(), AdminAddr: port(), WSAddr: port()}
 		env := append(append([]string{
 			"IM_GATE_ID=" + g.ID, "IM_GATE_TCP_ADDR=" + g.TCPAddr, "IM_GATE_PUSH_ADDR=" + g.PushAddr,
 			"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_LOGIC_ADDRS=" + strings.Join(logicAddrs, ","),
+			"IM_GATE_WS_ADDR=" + g.WSAddr,
 		}, o.Env...), o.GateEnv...)
 		if o.GateTLS != nil {
 			g.TLSAddr = port()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cloudwego/netpoll"
+	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -76,15 +77,20 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	up       *Upstream
-	evl      netpoll.EventLoop
-	tcpLn    netpoll.Listener
-	tlsEvl   netpoll.EventLoop
-	tlsLn    netpoll.Listener
-	pushSrv  *grpc.Server
-	pushLn   net.Listener
-	health   *health.Server
-	serveErr chan error
+	up     *Upstream
+	evl    netpoll.EventLoop
+	tcpLn  netpoll.Listener
+	tlsEvl netpoll.EventLoop
+	tlsLn  netpoll.Listener
+	// wsUpgrader answers WebSocket upgrades on wsLn (gate.ws_addr; nil
+	// when it is empty).
+	wsUpgrader *ws.Upgrader
+	wsEvl      netpoll.EventLoop
+	wsLn       netpoll.Listener
+	pushSrv    *grpc.Server
+	pushLn     net.Listener
+	health     *health.Server
+	serveErr   chan error
 
 	listening atomic.Bool
 	draining  atomic.Bool
@@ -217,7 +223,7 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 
-	ln, evl, err := s.listenStream(s.cfg.TCPAddr, false)
+	ln, evl, err := s.listenStream(s.cfg.TCPAddr, carrierTCP)
 	if err != nil {
 		s.pushSrv.Stop()
 		up.closeConns()
@@ -225,7 +231,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}
 	s.tcpLn, s.evl = ln, evl
 	if s.certs != nil {
-		ln, evl, err := s.listenStream(s.cfg.TLSAddr, true)
+		ln, evl, err := s.listenStream(s.cfg.TLSAddr, carrierTLS)
 		if err != nil {
 			_ = s.evl.Shutdown(ctx)
 			s.pushSrv.Stop()
@@ -234,6 +240,20 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 		s.tlsLn, s.tlsEvl = ln, evl
 		go s.certs.watch(s.ctx, s.cfg.TLSReloadInterval)
+	}
+	if s.cfg.WSAddr != "" {
+		s.wsUpgrader = newUpgrader(s.cfg.WSAllowedOrigins)
+		ln, evl, err := s.listenStream(s.cfg.WSAddr, carrierWS)
+		if err != nil {
+			_ = s.evl.Shutdown(ctx)
+			if s.tlsEvl != nil {
+				_ = s.tlsEvl.Shutdown(ctx)
+			}
+			s.pushSrv.Stop()
+			up.closeConns()
+			return err
+		}
+		s.wsLn, s.wsEvl = ln, evl
 	}
 
 	up.cfg.ClientAddrs = s.clientAddrs()
@@ -277,7 +297,18 @@ func (s *Server) clientAddrs() []string {
 	if s.tlsLn != nil {
 		addrs = append(addrs, "tls://"+s.tlsLn.Addr().String())
 	}
+	if s.wsLn != nil {
+		addrs = append(addrs, "ws://"+s.wsLn.Addr().String()+wsPath)
+	}
 	return addrs
+}
+
+// WSAddr returns the bound WebSocket address, "" when it is off.
+func (s *Server) WSAddr() string {
+	if s.wsLn == nil {
+		return ""
+	}
+	return s.wsLn.Addr().String()
 }
 
 // TLSAddr returns the bound TLS address, "" when TLS is off.
@@ -358,6 +389,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	_ = s.evl.Shutdown(lctx)
 	if s.tlsEvl != nil {
 		_ = s.tlsEvl.Shutdown(lctx)
+	}
+	if s.wsEvl != nil {
+		_ = s.wsEvl.Shutdown(lctx)
 	}
 
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)

@@ -28,6 +28,8 @@ type tcpConn struct {
 	dec streamDecoder
 	// sec is the TLS layer on the TLS listener, nil on plain TCP.
 	sec *tlsLayer
+	// ws is the WebSocket layer on the WS listener, nil elsewhere.
+	ws *wsLayer
 	// realIP is the client's address once known (socket peer or PROXY
 	// header); the event loop alone touches it.
 	realIP string
@@ -49,6 +51,9 @@ type tcpConn struct {
 // WriteFrames implements Transport. netpoll's Write blocks until the bytes
 // are handed to the kernel or the connection's write timeout expires.
 func (t *tcpConn) WriteFrames(b []byte) error {
+	if t.ws != nil {
+		return t.writeWS(b)
+	}
 	if t.sec != nil {
 		if _, err := t.sec.tc.Write(b); err != nil {
 			return fmt.Errorf("tls: write: %w", err)
@@ -66,6 +71,9 @@ func (t *tcpConn) Close() error { return t.nc.Close() }
 
 // Kind implements Transport.
 func (t *tcpConn) Kind() string {
+	if t.ws != nil {
+		return "ws"
+	}
 	if t.sec != nil {
 		return "tls"
 	}
@@ -96,6 +104,9 @@ func (t *tcpConn) onClosed(netpoll.Connection) error {
 	if t.sec != nil {
 		t.sec.timer.Stop()
 	}
+	if t.ws != nil {
+		t.ws.timer.Stop()
+	}
 	if c != nil {
 		t.s.closeSession(c)
 	}
@@ -110,19 +121,24 @@ func (t *tcpConn) onFrame(ctx context.Context, h frame.Header, body []byte, alia
 	return t.s.handleFrame(ctx, t.c, h, body, aliased)
 }
 
-// listenStream binds a client stream listener (plain TCP, or TLS when
-// secure) and serves it on its own netpoll event loop in the background.
-func (s *Server) listenStream(addr string, secure bool) (netpoll.Listener, netpoll.EventLoop, error) {
-	kind := "tcp"
-	if secure {
-		kind = "tls"
-	}
+// carrier names what a client listener speaks.
+type carrier string
+
+const (
+	carrierTCP carrier = "tcp"
+	carrierTLS carrier = "tls"
+	carrierWS  carrier = "ws"
+)
+
+// listenStream binds a client listener (plain TCP, TLS or WebSocket) and
+// serves it on its own netpoll event loop in the background.
+func (s *Server) listenStream(addr string, kind carrier) (netpoll.Listener, netpoll.EventLoop, error) {
 	ln, err := netpoll.CreateListener("tcp", addr)
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: listen %s %s: %w", kind, addr, err)
 	}
 	evl, err := netpoll.NewEventLoop(s.onRequest,
-		netpoll.WithOnPrepare(func(nc netpoll.Connection) context.Context { return s.onPrepare(nc, secure) }),
+		netpoll.WithOnPrepare(func(nc netpoll.Connection) context.Context { return s.onPrepare(nc, kind) }),
 		netpoll.WithWriteTimeout(s.cfg.WriteTimeout),
 	)
 	if err != nil {
@@ -140,18 +156,21 @@ func (s *Server) listenStream(addr string, secure bool) (netpoll.Listener, netpo
 // onPrepare runs once per accepted socket, before netpoll registers it.
 // A plain connection without PROXY header starts its session here; the
 // others once the header has named the client and the handshake is done.
-func (s *Server) onPrepare(nc netpoll.Connection, secure bool) context.Context {
+func (s *Server) onPrepare(nc netpoll.Connection, kind carrier) context.Context {
 	if s.draining.Load() {
 		_ = nc.Close()
 		return s.ctx
 	}
 	t := &tcpConn{s: s, nc: nc, dec: streamDecoder{maxFrame: s.cfg.MaxFrameSize}}
-	if secure {
+	switch kind {
+	case carrierTLS:
 		t.armTLS(nc)
+	case carrierWS:
+		t.armWS(nc)
 	}
 	if s.proxy == nil {
 		t.realIP = remoteIP(nc.RemoteAddr())
-		if !secure {
+		if kind == carrierTCP {
 			t.open(t.realIP)
 		}
 		_ = nc.AddCloseCallback(t.onClosed)
@@ -162,6 +181,9 @@ func (s *Server) onPrepare(nc netpoll.Connection, secure bool) context.Context {
 	if !s.proxy.trusts(nc.RemoteAddr()) {
 		if t.sec != nil {
 			t.sec.timer.Stop()
+		}
+		if t.ws != nil {
+			t.ws.timer.Stop()
 		}
 		s.proxyReject(nc, "untrusted source", nil)
 		return s.ctx
@@ -209,7 +231,7 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 			t.awaiting.Store(false)
 			t.proxyTimer.Stop()
 			t.realIP = realIP
-		} else if t.sec == nil || t.sec.done.Load() {
+		} else if (t.sec == nil || t.sec.done.Load()) && (t.ws == nil || t.ws.upgraded.Load()) {
 			// The session could not start (closed or draining).
 			_ = r.Skip(r.Len())
 			return nc.Close()
@@ -225,20 +247,40 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 				return nc.Close()
 			}
 		}
+		if t.ws != nil && !t.ws.upgraded.Load() {
+			if r.Len() == 0 {
+				return nil
+			}
+			done, err := t.upgradeWS(r)
+			if err != nil {
+				s.log.Debug("ws upgrade refused, closing", zap.String("real_ip", t.realIP), zap.Error(err))
+				_ = r.Skip(r.Len())
+				return nc.Close()
+			}
+			if !done {
+				return nil
+			}
+		}
 		if t.open(t.realIP) == nil {
 			_ = r.Skip(r.Len())
 			return nc.Close()
 		}
 	}
 	var err error
-	if t.sec != nil {
+	switch {
+	case t.ws != nil:
+		err = t.feedWS(ctx, r)
+	case t.sec != nil:
 		err = t.readTLS(ctx)
-	} else {
+	default:
 		err = t.dec.feed(ctx, r, t)
 	}
 	var bad *badStreamError
+	var wsErr *wsCloseError
 	switch {
 	case err == nil, errors.Is(err, errDecodeStopped):
+	case errors.As(err, &wsErr):
+		t.closeWS(wsErr)
 	case errors.As(err, &bad):
 		s.badFrame(t.c, err)
 	default:

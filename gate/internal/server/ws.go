@@ -1,0 +1,407 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cloudwego/netpoll"
+	"github.com/gobwas/ws"
+	"go.uber.org/zap"
+
+	"github.com/sparkim/spark/pkg/frame"
+)
+
+// WebSocket on netpoll (docs/decisions.md 62, notes/netpoll-tls-ws-proxy.md):
+// the event loop must never wait for bytes, so nothing here reads through
+// a blocking reader. The HTTP upgrade request is collected from netpoll's
+// buffer (moved to the connection's own buffer while incomplete) up to
+// its blank line and handed, exactly those bytes, to gobwas/ws's Upgrader,
+// which writes the 101 or the refusal. Afterwards each WebSocket frame is
+// cut from netpoll's buffer by hand (header length from its first bytes,
+// then ws.ReadHeader on a complete header); a partial frame moves to the
+// connection's own buffer, so OnRequest always consumes every byte. One
+// binary message carries exactly one Spark frame, handed to the session
+// like the stream decoder does; pings, closes and protocol errors are
+// answered here and never reach the session.
+
+const (
+	// wsPath is the only path that upgrades; others get 404.
+	wsPath = "/ws"
+	// wsMaxRequest bounds the HTTP upgrade request; past it 431.
+	wsMaxRequest = 8 << 10
+	// wsUpgradeTimeout bounds PROXY header plus upgrade request from
+	// accept; the session's AUTH deadline starts after the upgrade.
+	wsUpgradeTimeout = 10 * time.Second
+	// wsMaxHeader is the longest WebSocket frame header (RFC 6455 5.2).
+	wsMaxHeader = 14
+)
+
+// wsCloseError asks the transport to send a close frame with code and
+// close the connection.
+type wsCloseError struct {
+	code   ws.StatusCode
+	reason string
+}
+
+func (e *wsCloseError) Error() string { return fmt.Sprintf("ws: %d %s", e.code, e.reason) }
+
+// wsLayer is the WebSocket state of one connection on the WS listener.
+type wsLayer struct {
+	// upgraded is set once the 101 is written; timer closes the
+	// connection if it has not been by the deadline.
+	upgraded atomic.Bool
+	timer    *time.Timer
+	// req holds an upgrade request that has not fully arrived.
+	req []byte
+	// pending holds a WebSocket frame that has not fully arrived; msg a
+	// fragmented binary message being reassembled. Event loop only.
+	pending []byte
+	msg     []byte
+	inMsg   bool
+	// wmu serialises the session's flusher and the event loop's pongs
+	// and close frames: netpoll refuses concurrent writes.
+	wmu sync.Mutex
+}
+
+// newUpgrader builds the listener's upgrader: path /ws only, and the
+// Origin allow-list when one is configured. A request without Origin is
+// not a browser's, so the list (a browser-side protection) does not
+// apply; the token authenticates either way.
+func newUpgrader(allowed []string) *ws.Upgrader {
+	u := &ws.Upgrader{
+		OnRequest: func(uri []byte) error {
+			path := uri
+			if i := bytes.IndexByte(path, '?'); i >= 0 {
+				path = path[:i]
+			}
+			if string(path) != wsPath {
+				return ws.RejectConnectionError(ws.RejectionStatus(404), ws.RejectionReason("not found"))
+			}
+			return nil
+		},
+	}
+	if len(allowed) > 0 {
+		set := make(map[string]struct{}, len(allowed))
+		for _, o := range allowed {
+			set[strings.ToLower(strings.TrimSuffix(o, "/"))] = struct{}{}
+		}
+		u.OnHeader = func(key, value []byte) error {
+			if !strings.EqualFold(string(key), "Origin") {
+				return nil
+			}
+			if _, ok := set[strings.ToLower(string(value))]; !ok {
+				return ws.RejectConnectionError(ws.RejectionStatus(403), ws.RejectionReason("origin not allowed"))
+			}
+			return nil
+		}
+	}
+	return u
+}
+
+// armWS starts the upgrade deadline, counted from accept so a slow PROXY
+// header or a trickled request cannot extend it.
+func (t *tcpConn) armWS(nc netpoll.Connection) {
+	l := &wsLayer{}
+	t.ws = l
+	s := t.s
+	l.timer = time.AfterFunc(wsUpgradeTimeout, func() {
+		if !l.upgraded.Load() {
+			s.log.Debug("ws upgrade timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
+			_ = nc.Close()
+		}
+	})
+}
+
+// requestWriter is the Upgrader's view of the connection: the request
+// bytes already collected, and the socket for the response.
+type requestWriter struct {
+	*bytes.Reader
+	nc netpoll.Connection
+}
+
+func (w requestWriter) Write(p []byte) (int, error) { return w.nc.Write(p) }
+
+// upgradeWS collects the upgrade request and answers it. It reports true
+// once upgraded; false with a nil error while the request is incomplete.
+// Bytes after the request stay in netpoll's buffer for the frame decoder.
+func (t *tcpConn) upgradeWS(r netpoll.Reader) (bool, error) {
+	l := t.ws
+	avail := r.Len()
+	peek, err := r.Peek(avail)
+	if err != nil {
+		return false, fmt.Errorf("ws: peek request: %w", err)
+	}
+	// buf is the connection's own memory when anything is pending.
+	buf := peek
+	if len(l.req) > 0 {
+		buf = append(l.req, peek...)
+	}
+	end := bytes.Index(buf, []byte("\r\n\r\n"))
+	if end < 0 {
+		if len(buf) > wsMaxRequest {
+			_, _ = t.nc.Write([]byte("HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n"))
+			return false, errors.New("ws: upgrade request too large")
+		}
+		if len(l.req) == 0 {
+			buf = append([]byte(nil), peek...)
+		}
+		l.req = buf
+		return false, r.Skip(avail)
+	}
+	end += 4
+	req := buf[:end]
+	if len(l.req) == 0 {
+		req = append([]byte(nil), req...)
+	}
+	if err := r.Skip(end - len(l.req)); err != nil {
+		return false, fmt.Errorf("ws: skip request: %w", err)
+	}
+	l.req = nil
+	if _, err := t.s.wsUpgrader.Upgrade(requestWriter{Reader: bytes.NewReader(req), nc: t.nc}); err != nil {
+		return false, fmt.Errorf("ws: upgrade: %w", err)
+	}
+	l.upgraded.Store(true)
+	l.timer.Stop()
+	return true, nil
+}
+
+// wsHeaderLen returns the length of the frame header starting b, or 0
+// when b does not yet show it.
+func wsHeaderLen(b []byte) int {
+	if len(b) < 2 {
+		return 0
+	}
+	n := 2
+	switch b[1] & 0x7f {
+	case 126:
+		n += 2
+	case 127:
+		n += 8
+	}
+	if b[1]&0x80 != 0 {
+		n += 4
+	}
+	return n
+}
+
+// parseWSHeader parses the complete header at the start of b and checks
+// the limits that must hold before any payload is read.
+func (t *tcpConn) parseWSHeader(b []byte) (ws.Header, int, error) {
+	hl := wsHeaderLen(b)
+	h, err := ws.ReadHeader(bytes.NewReader(b[:hl]))
+	if err != nil {
+		return h, 0, &wsCloseError{ws.StatusProtocolError, "bad frame header"}
+	}
+	switch {
+	case !h.Masked:
+		return h, 0, &wsCloseError{ws.StatusProtocolError, "client frame not masked"}
+	case h.Rsv != 0:
+		return h, 0, &wsCloseError{ws.StatusProtocolError, "reserved bits set"}
+	case h.OpCode.IsControl() && (!h.Fin || h.Length > ws.MaxControlFramePayloadSize):
+		return h, 0, &wsCloseError{ws.StatusProtocolError, "bad control frame"}
+	case h.OpCode == ws.OpText:
+		return h, 0, &wsCloseError{ws.StatusUnsupportedData, "text messages are not accepted"}
+	case h.OpCode.IsReserved():
+		return h, 0, &wsCloseError{ws.StatusProtocolError, "reserved opcode"}
+	case h.Length > int64(t.s.cfg.MaxFrameSize) || (!h.OpCode.IsControl() && int64(len(t.ws.msg))+h.Length > int64(t.s.cfg.MaxFrameSize)):
+		return h, 0, &wsCloseError{ws.StatusMessageTooBig, "message over max_frame_size"}
+	}
+	return h, hl, nil
+}
+
+// feedWS decodes every complete WebSocket frame in netpoll's buffer and
+// keeps a trailing partial one. It returns nil when the buffer is empty,
+// errDecodeStopped when the session stopped, a *wsCloseError for a
+// protocol violation, or a read error.
+func (t *tcpConn) feedWS(ctx context.Context, r netpoll.Reader) error {
+	l := t.ws
+	for {
+		n := r.Len()
+		if n == 0 {
+			return nil
+		}
+		if len(l.pending) == 0 {
+			peek, err := r.Peek(min(n, wsMaxHeader))
+			if err != nil {
+				return fmt.Errorf("ws: peek header: %w", err)
+			}
+			if hl := wsHeaderLen(peek); hl > 0 && hl <= len(peek) {
+				h, hl, err := t.parseWSHeader(peek)
+				if err != nil {
+					return err
+				}
+				if total := hl + int(h.Length); n >= total {
+					b, err := r.Next(total)
+					if err != nil {
+						return fmt.Errorf("ws: read frame: %w", err)
+					}
+					if err := t.wsFrame(ctx, h, b[hl:], true); err != nil {
+						return err
+					}
+					continue
+				}
+			}
+		}
+		if err := t.assembleWS(ctx, r); err != nil {
+			return err
+		}
+	}
+}
+
+// assembleWS moves bytes of a partial frame into the connection's buffer,
+// never past the frame's end, and handles the frame once complete.
+func (t *tcpConn) assembleWS(ctx context.Context, r netpoll.Reader) error {
+	l := t.ws
+	hl := wsHeaderLen(l.pending)
+	if hl == 0 || len(l.pending) < hl {
+		need := 2 - len(l.pending)
+		if hl > 0 {
+			need = hl - len(l.pending)
+		}
+		b, err := r.Next(min(need, r.Len()))
+		if err != nil {
+			return fmt.Errorf("ws: read header: %w", err)
+		}
+		l.pending = append(l.pending, b...)
+		return nil
+	}
+	h, hl, err := t.parseWSHeader(l.pending)
+	if err != nil {
+		return err
+	}
+	total := hl + int(h.Length)
+	if need := total - len(l.pending); need > 0 {
+		if cap(l.pending) < total {
+			grown := make([]byte, len(l.pending), total)
+			copy(grown, l.pending)
+			l.pending = grown
+		}
+		b, err := r.Next(min(need, r.Len()))
+		if err != nil {
+			return fmt.Errorf("ws: read payload: %w", err)
+		}
+		l.pending = append(l.pending, b...)
+	}
+	if len(l.pending) < total {
+		return nil
+	}
+	payload := l.pending[hl:total]
+	// The payload may now be owned by a forwarded request; never reuse it.
+	l.pending = nil
+	return t.wsFrame(ctx, h, payload, false)
+}
+
+// wsFrame handles one complete, checked client frame. aliased says payload
+// points into netpoll's buffer.
+func (t *tcpConn) wsFrame(ctx context.Context, h ws.Header, payload []byte, aliased bool) error {
+	l := t.ws
+	ws.Cipher(payload, h.Mask, 0)
+	switch h.OpCode {
+	case ws.OpPing:
+		return t.writeControl(ws.NewPongFrame(payload))
+	case ws.OpPong:
+		return nil
+	case ws.OpClose:
+		code, _ := ws.ParseCloseFrameData(payload)
+		if code == 0 {
+			code = ws.StatusNormalClosure
+		}
+		_ = t.writeControl(ws.NewCloseFrame(ws.NewCloseFrameBody(code, "")))
+		return &wsCloseError{code: 0, reason: "client closed"}
+	case ws.OpBinary:
+		if l.inMsg {
+			return &wsCloseError{ws.StatusProtocolError, "new message inside a fragmented one"}
+		}
+		if !h.Fin {
+			l.inMsg, l.msg = true, append([]byte(nil), payload...)
+			return nil
+		}
+		return t.wsMessage(ctx, payload, aliased)
+	case ws.OpContinuation:
+		if !l.inMsg {
+			return &wsCloseError{ws.StatusProtocolError, "continuation without a message"}
+		}
+		l.msg = append(l.msg, payload...)
+		if !h.Fin {
+			return nil
+		}
+		msg := l.msg
+		l.inMsg, l.msg = false, nil
+		return t.wsMessage(ctx, msg, false)
+	}
+	return &wsCloseError{ws.StatusProtocolError, "unexpected opcode"}
+}
+
+// wsMessage hands a binary message, which must be exactly one Spark frame,
+// to the session.
+func (t *tcpConn) wsMessage(ctx context.Context, msg []byte, aliased bool) error {
+	fh, body, n, err := frame.Decode(msg, t.s.cfg.MaxFrameSize)
+	switch {
+	case errors.Is(err, frame.ErrTooLarge):
+		return &wsCloseError{ws.StatusMessageTooBig, "frame over max_frame_size"}
+	case err != nil, n == 0, n != len(msg):
+		return &wsCloseError{ws.StatusInvalidFramePayloadData, "message is not exactly one Spark frame"}
+	}
+	if !t.onFrame(ctx, fh, body, aliased) {
+		return errDecodeStopped
+	}
+	return nil
+}
+
+// writeControl writes a control frame (pong, close) from the event loop.
+func (t *tcpConn) writeControl(f ws.Frame) error {
+	b, err := ws.CompileFrame(f)
+	if err != nil {
+		return fmt.Errorf("ws: compile control frame: %w", err)
+	}
+	t.ws.wmu.Lock()
+	defer t.ws.wmu.Unlock()
+	if _, err := t.nc.Write(b); err != nil {
+		return fmt.Errorf("ws: write control frame: %w", err)
+	}
+	return nil
+}
+
+// writeWS sends each Spark frame in b as one binary message, all in one
+// socket write.
+func (t *tcpConn) writeWS(b []byte) error {
+	var out bytes.Buffer
+	out.Grow(len(b) + 10)
+	for len(b) > 0 {
+		h, err := frame.ParseHeader(b, math.MaxInt32)
+		if err != nil {
+			return fmt.Errorf("ws: outgoing frame: %w", err)
+		}
+		n := frame.HeaderSize + int(h.BodyLength)
+		if err := ws.WriteHeader(&out, ws.Header{Fin: true, OpCode: ws.OpBinary, Length: int64(n)}); err != nil {
+			return fmt.Errorf("ws: header: %w", err)
+		}
+		out.Write(b[:n])
+		b = b[n:]
+	}
+	t.ws.wmu.Lock()
+	defer t.ws.wmu.Unlock()
+	if _, err := t.nc.Write(out.Bytes()); err != nil {
+		return fmt.Errorf("ws: write: %w", err)
+	}
+	return nil
+}
+
+// closeWS ends a connection that broke the WebSocket rules: a close frame
+// with the reason's code first (code 0: the client's close was already
+// answered), then the socket.
+func (t *tcpConn) closeWS(e *wsCloseError) {
+	if e.code != 0 {
+		_ = t.writeControl(ws.NewCloseFrame(ws.NewCloseFrameBody(e.code, e.reason)))
+		t.s.log.Debug("ws protocol error, closing", zap.Uint64("conn_id", t.c.id), zap.String("real_ip", t.realIP),
+			zap.Int("code", int(e.code)), zap.String("reason", e.reason))
+	}
+	t.c.Close(e.reason)
+}
