@@ -51,6 +51,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./pkg/route
 	$(GO) test -run=^$$ -fuzz=FuzzUnmarshal -fuzztime=15s ./pkg/jsonid
 	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./gate/internal/proxyproto
+	$(GO) test -run=^$$ -fuzz=FuzzParseWSHeader -fuzztime=15s ./gate/internal/server
 
 proto:
 	proto/gen.sh
