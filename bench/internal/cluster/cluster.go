@@ -169,8 +169,10 @@ logic:
 		g := &Gate{ID: fmt.Sprintf("bench-gate-%d", i+1), TCPAddr: port(), PushAddr: port(), AdminAddr: port()}
 		g.Proc = &Proc{Name: g.ID, Bin: filepath.Join(o.Root, "bin/gate"), Args: []string{"-config", c.configPath},
 			LogPath: filepath.Join(o.Dir, g.ID+".log"),
+			// Every listener on a free port: the WebSocket default would
+			// collide between the gates.
 			Env: append([]string{"IM_GATE_ID=" + g.ID, "IM_GATE_TCP_ADDR=" + g.TCPAddr, "IM_GATE_PUSH_ADDR=" + g.PushAddr,
-				"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_LOGIC_ADDRS=" + c.LogicAddr}, common...)}
+				"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_WS_ADDR=" + port(), "IM_GATE_LOGIC_ADDRS=" + c.LogicAddr}, common...)}
 		c.Gates = append(c.Gates, g)
 	}
 	for _, p := range c.procs() {
