@@ -129,9 +129,11 @@ func TestBusinessAPIOnline(t *testing.T) {
 			t.Fatalf("gates %+v", rep.Gates)
 		}
 		for i, g := range rep.Gates {
-			if g.GateId != c.Gates[i].ID || g.Error != "" || g.Authenticated != 2 ||
-				len(g.ClientAddrs) != 1 || g.ClientAddrs[0] != "tcp://"+c.Gates[i].TCPAddr {
-				t.Fatalf("gate %d: %+v", i, g)
+			// Every gate advertises its plain TCP and its WebSocket
+			// listener (no TLS in this cluster).
+			want := []string{"tcp://" + c.Gates[i].TCPAddr, "ws://" + c.Gates[i].WSAddr + "/ws"}
+			if g.GateId != c.Gates[i].ID || g.Error != "" || g.Authenticated != 2 || fmt.Sprint(g.ClientAddrs) != fmt.Sprint(want) {
+				t.Fatalf("gate %d: %+v, want client addresses %v", i, g, want)
 			}
 		}
 		res, err := http.Get("http://" + c.Logics[0].AdminAddr + "/gates")
