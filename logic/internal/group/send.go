@@ -43,7 +43,7 @@ func (s *Service) GroupOf(ctx context.Context, conversationID int64) (int64, err
 }
 
 // AuthorizeSend checks that userID may send into the group conversation at
-// now — the rules of CheckSend — and returns the member_version the send is
+// now — the rules of CheckSend, on the one read of the group row — and returns the member_version the send is
 // authorized against (the deliver job carries it). A system sender (the
 // business API's own account) is not a member and needs only an active
 // group. Errors are *errcode.Error; a database failure is 50301.
@@ -61,7 +61,7 @@ func (s *Service) AuthorizeSend(ctx context.Context, conversationID, userID int6
 		}
 		return g.MemberVersion, nil
 	}
-	if err := s.CheckSend(ctx, conversationID, userID, now); err != nil {
+	if err := s.checkSend(ctx, g, userID, now); err != nil {
 		var ec *errcode.Error
 		if errors.As(err, &ec) {
 			return 0, err

@@ -528,12 +528,17 @@ func (s *Service) CheckSend(ctx context.Context, conversationID, userID int64, n
 	if err != nil {
 		return fmt.Errorf("group: check send: read group of conversation %d: %w", conversationID, err)
 	}
-	m, err := s.store.GetGroupMember(ctx, conversationID, userID)
+	return s.checkSend(ctx, g, userID, now)
+}
+
+// checkSend is CheckSend on a group row already read.
+func (s *Service) checkSend(ctx context.Context, g store.Group, userID int64, now time.Time) error {
+	m, err := s.store.GetGroupMember(ctx, g.ConversationID, userID)
 	if errors.Is(err, store.ErrNotFound) {
 		return errNotMember
 	}
 	if err != nil {
-		return fmt.Errorf("group: check send: read member %d of conversation %d: %w", userID, conversationID, err)
+		return fmt.Errorf("group: check send: read member %d of conversation %d: %w", userID, g.ConversationID, err)
 	}
 	switch {
 	case g.Status != store.GroupActive:
