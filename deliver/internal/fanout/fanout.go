@@ -455,11 +455,31 @@ func (f *Fanout) applyLists(ctx context.Context, partition int, tasks []task) er
 }
 
 func (f *Fanout) applyChunk(ctx context.Context, ups []listUpdate) error {
+	applied, err := f.runScripts(ctx, len(ups), func(sc redis.Scripter, i int) (bool, error) {
+		u := ups[i]
+		return dialog.ApplyMessageJSON(ctx, sc, u.uid, u.cid, u.msgID, u.at, u.count, u.preview)
+	})
+	if err != nil {
+		return err
+	}
+	for _, a := range applied {
+		f.countList(a)
+	}
+	return nil
+}
+
+// runScripts makes n calls of pkg/dialog's scripts in one round trip:
+// call(sc, i) queues call i on sc, and each call's result is whether its
+// script answered 1. When Redis lost its script cache (restart, SCRIPT
+// FLUSH) the calls run again one by one, in order, on f.rdb: the first
+// loads the script (EVAL), and the scripts are idempotent, so the calls
+// that did run change nothing the second time.
+func (f *Fanout) runScripts(ctx context.Context, n int, call func(sc redis.Scripter, i int) (bool, error)) ([]bool, error) {
 	pipe := f.rdb.Pipeline()
 	sc := &pipeScripter{Pipeliner: pipe}
-	for _, u := range ups {
-		if _, err := dialog.ApplyMessageJSON(ctx, sc, u.uid, u.cid, u.msgID, u.at, u.count, u.preview); err != nil {
-			return err
+	for i := 0; i < n; i++ {
+		if _, err := call(sc, i); err != nil {
+			return nil, err
 		}
 	}
 	// Per-command errors are read below; Exec's error is the first of them.
@@ -471,30 +491,28 @@ func (f *Fanout) applyChunk(ctx context.Context, ups []listUpdate) error {
 			continue
 		}
 		if c.Err() != nil {
-			return c.Err()
+			return nil, c.Err()
 		}
 	}
+	out := make([]bool, n)
 	if noScript {
-		// Redis lost its script cache (restart, SCRIPT FLUSH). Run the chunk
-		// again call by call, in order: the first call loads the script
-		// (EVAL) and the calls that did run skip their applied ids.
-		for _, u := range ups {
-			applied, err := dialog.ApplyMessageJSON(ctx, f.rdb, u.uid, u.cid, u.msgID, u.at, u.count, u.preview)
+		for i := range out {
+			ok, err := call(f.rdb, i)
 			if err != nil {
-				return err
+				return nil, err
 			}
-			f.countList(applied)
+			out[i] = ok
 		}
-		return nil
+		return out, nil
 	}
-	for _, c := range sc.cmds {
-		n, err := c.Int()
+	for i, c := range sc.cmds {
+		v, err := c.Int()
 		if err != nil {
-			return fmt.Errorf("apply message result: %w", err)
+			return nil, fmt.Errorf("script result: %w", err)
 		}
-		f.countList(n == 1)
+		out[i] = v == 1
 	}
-	return nil
+	return out, nil
 }
 
 func (f *Fanout) countList(applied bool) {

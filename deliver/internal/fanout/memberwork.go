@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/pkg/dialog"
@@ -51,30 +52,10 @@ func (f *Fanout) memberWork(ctx context.Context, partition int, tasks []task) er
 	return nil
 }
 
-// invalidateChunk drops the list entries of uids for cid in one pipeline;
-// after Redis lost its scripts it runs them one by one (the first loads
-// the script).
+// invalidateChunk drops the list entries of uids for cid in one round trip.
 func (f *Fanout) invalidateChunk(ctx context.Context, cid int64, uids []int64) error {
-	pipe := f.rdb.Pipeline()
-	sc := &pipeScripter{Pipeliner: pipe}
-	for _, uid := range uids {
-		if err := dialog.Invalidate(ctx, sc, uid, cid); err != nil {
-			return err
-		}
-	}
-	_, _ = pipe.Exec(ctx) // per-command errors are read below
-	for _, c := range sc.cmds {
-		if isNoScript(c.Err()) {
-			for _, uid := range uids {
-				if err := dialog.Invalidate(ctx, f.rdb, uid, cid); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		if c.Err() != nil {
-			return c.Err()
-		}
-	}
-	return nil
+	_, err := f.runScripts(ctx, len(uids), func(sc redis.Scripter, i int) (bool, error) {
+		return false, dialog.Invalidate(ctx, sc, uids[i], cid)
+	})
+	return err
 }
