@@ -2,14 +2,7 @@ package server
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,99 +12,23 @@ import (
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/testca"
 )
-
-// testCA is a throw-away certificate authority generated per test; no key
-// ever touches the repository.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "spark test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// writeLeaf issues a certificate for 127.0.0.1 with the given serial and
-// writes it and its key as PEM files.
-func (ca *testCA) writeLeaf(t *testing.T, certFile, keyFile string, serial int64) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial),
-		Subject:      pkix.Name{CommonName: "gate-test"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writeFile(t, certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
-	writeFile(t, keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}))
-}
-
-// writeFile replaces path by a rename, as a certificate manager would.
-func writeFile(t *testing.T, path string, b []byte) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
 
 type tlsFixture struct {
 	fl                *fakeLogic
 	s                 *Server
-	ca                *testCA
+	ca                *testca.CA
 	certFile, keyFile string
 }
 
 func tlsGate(t *testing.T, edit func(*config.Gate)) *tlsFixture {
 	t.Helper()
 	fl, addr := startLogic(t)
-	ca := newTestCA(t)
+	ca := testca.New(t)
 	dir := t.TempDir()
 	f := &tlsFixture{fl: fl, ca: ca, certFile: filepath.Join(dir, "cert.pem"), keyFile: filepath.Join(dir, "key.pem")}
-	ca.writeLeaf(t, f.certFile, f.keyFile, 100)
+	ca.WriteServer(t, f.certFile, f.keyFile, 100)
 	cfg := testGateConfig(addr)
 	cfg.TLSAddr = "127.0.0.1:0"
 	cfg.TLSCertFile, cfg.TLSKeyFile = f.certFile, f.keyFile
@@ -161,7 +78,7 @@ func (f *tlsFixture) dialTLS(t *testing.T, conf *tls.Config, sizes ...int) (*cli
 	if conf == nil {
 		conf = &tls.Config{}
 	}
-	conf.RootCAs, conf.ServerName = f.ca.pool, "127.0.0.1"
+	conf.RootCAs, conf.ServerName = f.ca.Pool, "127.0.0.1"
 	tc := tls.Client(nc, conf)
 	_ = tc.SetDeadline(time.Now().Add(safety))
 	if err := tc.Handshake(); err != nil {
@@ -232,7 +149,7 @@ func TestTLSCertificateRotation(t *testing.T) {
 		t.Fatalf("serial %d", serialOf(oldTC))
 	}
 
-	f.ca.writeLeaf(t, f.certFile, f.keyFile, 200)
+	f.ca.WriteServer(t, f.certFile, f.keyFile, 200)
 	f.waitFor(t, func() bool { return f.s.metrics.CertReloads.Load() >= 1 }, "reload")
 	fresh, freshTC := f.dialTLS(t, nil)
 	if serialOf(freshTC) != 200 {
@@ -246,15 +163,15 @@ func TestTLSCertificateRotation(t *testing.T) {
 
 	// A certificate that is not PEM, then a key that does not match:
 	// both keep serial 200.
-	writeFile(t, f.certFile, []byte("not a certificate"))
+	testca.WriteFile(t, f.certFile, []byte("not a certificate"))
 	f.waitFor(t, func() bool { return f.s.metrics.CertReloadFailures.Load() >= 1 }, "failed reload")
 	other := t.TempDir()
-	f.ca.writeLeaf(t, filepath.Join(other, "c.pem"), filepath.Join(other, "k.pem"), 300)
+	f.ca.WriteServer(t, filepath.Join(other, "c.pem"), filepath.Join(other, "k.pem"), 300)
 	b, err := os.ReadFile(filepath.Join(other, "c.pem"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, f.certFile, b)
+	testca.WriteFile(t, f.certFile, b)
 	f.waitFor(t, func() bool { return f.s.metrics.CertReloadFailures.Load() >= 2 }, "mismatched reload")
 	c3, tc3 := f.dialTLS(t, nil)
 	if serialOf(tc3) != 200 {
@@ -286,7 +203,7 @@ func TestTLSHandshakeBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := tls.Client(raw, &tls.Config{RootCAs: f.ca.pool, ServerName: "127.0.0.1"})
+	tc := tls.Client(raw, &tls.Config{RootCAs: f.ca.Pool, ServerName: "127.0.0.1"})
 	_ = tc.SetDeadline(time.Now().Add(safety))
 	if err := tc.Handshake(); err == nil {
 		t.Fatal("handshake beyond the bound succeeded")
@@ -317,7 +234,7 @@ func TestTLSAfterProxyHeader(t *testing.T) {
 	if _, err := raw.Write([]byte("PROXY TCP4 203.0.113.50 127.0.0.1 4000 8101\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	tc := tls.Client(raw, &tls.Config{RootCAs: f.ca.pool, ServerName: "127.0.0.1"})
+	tc := tls.Client(raw, &tls.Config{RootCAs: f.ca.Pool, ServerName: "127.0.0.1"})
 	c := &client{t: t, nc: tc}
 	c.auth(11, "dev-proxied-tls")
 	if ip := f.fl.lastRequest(protocol.CmdAuth).RealIp; ip != "203.0.113.50" {
@@ -344,7 +261,7 @@ func TestTLSRefusesOldVersionsAndPlaintext(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc := tls.Client(raw, &tls.Config{RootCAs: f.ca.pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11})
+	tc := tls.Client(raw, &tls.Config{RootCAs: f.ca.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS10, MaxVersion: tls.VersionTLS11})
 	_ = tc.SetDeadline(time.Now().Add(safety))
 	if err := tc.Handshake(); err == nil {
 		t.Fatal("TLS 1.1 handshake succeeded")
