@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli
 
-.PHONY: all build build-failpoints run test unit e2e fuzz vet proto clean services bench bench-long
+.PHONY: all build build-failpoints run test unit e2e fuzz vet proto clean services test-deps bench bench-long
 
 all: build
 
@@ -21,6 +21,10 @@ build-failpoints:
 
 services:
 	@deploy/dev/services.sh
+
+# Nginx, Chromium and the browser SDK's npm packages for the e2e tests.
+test-deps:
+	@deploy/dev/test-deps.sh
 
 run: build
 	@deploy/dev/run.sh
@@ -39,7 +43,7 @@ unit: services
 	@if [ -z "$(FAILPOINT_PKGS)" ]; then echo "unit: no failpoints-tagged tests found"; exit 1; fi
 	source .run/services.env && $(GO) test -count=1 -tags failpoints $(addprefix ./,$(FAILPOINT_PKGS))
 
-e2e: services build-failpoints
+e2e: services test-deps build-failpoints
 	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m ./tests/...
 
 test: vet unit e2e
