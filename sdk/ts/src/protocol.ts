@@ -1,0 +1,167 @@
+// Commands, codes and body shapes of the Spark client protocol (DESIGN.md §3,
+// README "Wire protocol"). Every 64-bit id is a decimal string: they exceed
+// JavaScript's 2^53.
+
+/** Command numbers. */
+export const Cmd = {
+  AUTH: 1,
+  HEARTBEAT: 2,
+  GENERATE_MSG_ID: 3,
+  SEND_MESSAGE: 4,
+  SEND_ACK: 5,
+  MESSAGE: 6,
+  PUSH_ACK: 7,
+  READ_MESSAGE: 8,
+  RECALL_MESSAGE: 9,
+  SYNC_INBOX: 10,
+  SYNC_INBOX_FINISH: 11,
+  SYNC_MESSAGES: 12,
+  SYNC_MESSAGES_FINISH: 13,
+  KICK: 14,
+  DELETE_MESSAGE: 15,
+  CONVERSATION_SETTINGS: 16,
+  CONTROL_EVENT: 17,
+  TRANSIENT: 18,
+  RELATION: 19,
+  GROUP: 20,
+} as const;
+
+/** Error codes the SDK acts on (the full table is in the README). */
+export const Code = {
+  OK: "0",
+  INVALID_ARGUMENT: "40001",
+  BAD_TOKEN: "40101",
+  NOT_AUTHENTICATED: "40102",
+  FORBIDDEN: "40301",
+  NOT_FOUND: "40401",
+  CONFLICT: "40901",
+  TOO_LARGE: "41301",
+  RATE_LIMITED: "42901",
+  INTERNAL: "50001",
+  BUSY: "50301",
+} as const;
+
+/** Mailbox event types of SYNC_INBOX. */
+export const EventType = {
+  RECALL: 1,
+  KICK: 2,
+  MEMBERSHIP: 3,
+  FRIEND: 4,
+  MISSED_MESSAGE: 5,
+  DELETE: 6,
+} as const;
+
+/** conversation_type values. */
+export const ConversationType = { P2P: 1, GROUP: 2 } as const;
+
+/** A decimal 64-bit id. */
+export type Id = string;
+
+/** The envelope of every answer and push. */
+export interface Envelope<T = unknown> {
+  code: string;
+  msg: string;
+  request_id: string;
+  data: T;
+}
+
+/** A message as pushed (MESSAGE) and as synced (plus status). */
+export interface Message {
+  msg_id: Id;
+  conversation_id: Id;
+  conversation_type: number;
+  sender_id: Id;
+  client_msg_id: string;
+  message_type: number;
+  /** JSON object whose "t" equals message_type; absent when recalled. */
+  content?: { t: number; text?: string; [k: string]: unknown };
+  /** Unix ms. */
+  created_at: number;
+  /** 1 normal (or absent), 2 recalled. */
+  status?: number;
+}
+
+/** The short form of a conversation's newest message. */
+export interface Preview {
+  msg_id: Id;
+  message_type: number;
+  text: string;
+  sender_id: Id;
+  recalled?: boolean;
+}
+
+/** One entry of the conversation list. */
+export interface Conversation {
+  conversation_id: Id;
+  conversation_type: number;
+  peer_id?: Id;
+  group_id?: Id;
+  last_msg_id: Id;
+  last_msg_at: number;
+  unread: number;
+  muted: boolean;
+  pinned: boolean;
+  hidden?: boolean;
+  preview?: Preview;
+}
+
+/** A mailbox event: what sync cannot rebuild from the conversations. */
+export interface MailboxEvent {
+  seq: Id;
+  event_type: number;
+  conversation_id: Id;
+  msg_id: Id;
+  payload: unknown;
+}
+
+/** Data of a SYNC_INBOX / SYNC_INBOX_FINISH answer. */
+export interface SyncInboxData {
+  conversations: Conversation[] | null;
+  events: MailboxEvent[] | null;
+  dialog_cursor: string;
+  mailbox_seq: Id;
+}
+
+/** Data of a SYNC_MESSAGES / SYNC_MESSAGES_FINISH answer. */
+export interface SyncMessagesData {
+  conversation_id: Id;
+  messages: Message[] | null;
+  next_msg_id: Id;
+}
+
+/** Data of SEND_ACK. */
+export interface SendAck {
+  msg_id: Id;
+  client_msg_id: string;
+  conversation_id: Id;
+  server_time: number;
+}
+
+/** Data of an AUTH answer. */
+export interface AuthData {
+  user_id: Id;
+  device_id: string;
+  server_time: number;
+}
+
+/** Where a message goes: exactly one of the three. */
+export type Target = { toUserId: Id } | { groupId: Id } | { conversationId: Id };
+
+/** Normalizes an id read from JSON (a string, or a number from a lenient peer). */
+export function idOf(v: unknown): Id {
+  if (typeof v === "string") return v === "" ? "0" : v;
+  if (typeof v === "number" || typeof v === "bigint") return BigInt(v).toString();
+  return "0";
+}
+
+/** Compares two decimal ids: negative, zero or positive. */
+export function compareIds(a: Id | undefined, b: Id | undefined): number {
+  const x = BigInt(a || "0");
+  const y = BigInt(b || "0");
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/** The larger of two decimal ids. */
+export function maxId(a: Id | undefined, b: Id | undefined): Id {
+  return compareIds(a, b) >= 0 ? a || "0" : b || "0";
+}
