@@ -23,11 +23,10 @@ const (
 // nginxFront is a cluster of TLS gates behind a real Nginx running the
 // shipped deploy/nginx template.
 type nginxFront struct {
-	c     *framework.Cluster
-	ngx   *framework.Nginx
-	ca    *framework.TestCA
-	addr  string // Nginx's public listener
-	gates framework.GateTLS
+	c    *framework.Cluster
+	ngx  *framework.Nginx
+	ca   *framework.TestCA
+	addr string // Nginx's public listener
 }
 
 // startNginxFront starts two gates with TLS listeners whose certificate
@@ -71,7 +70,7 @@ func startNginxFront(t *testing.T) *nginxFront {
 		t.Fatal(err)
 	}
 	ngx.Start(conf, addr)
-	return &nginxFront{c: c, ngx: ngx, ca: ca, addr: addr, gates: gateCert}
+	return &nginxFront{c: c, ngx: ngx, ca: ca, addr: addr}
 }
 
 // dialTLS connects to Nginx from the loopback address local and runs a
