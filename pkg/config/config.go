@@ -124,6 +124,23 @@ type Gate struct {
 	// the businesses' own domains and the token, not the origin,
 	// authenticates. Entries are scheme://host[:port].
 	WSAllowedOrigins []string `mapstructure:"ws_allowed_origins"`
+	// WSSAddr is the WebSocket listener behind TLS (wss://host/ws), with
+	// the certificate files of the TLS listener; it is on when both are
+	// set. Browsers on https pages may only open wss://, so an H5
+	// deployment without a TLS-terminating front needs it.
+	WSSAddr string `mapstructure:"wss_addr"`
+	// ProxyProtocolListeners names the listeners ("tcp", "tls", "ws",
+	// "wss") that expect a PROXY header when ProxyProtocol is on; empty
+	// means all. A front that speaks PROXY on its L4 routes but proxies
+	// WebSocket over HTTP (Nginx's http block cannot send PROXY) needs
+	// the WebSocket listener left out.
+	ProxyProtocolListeners []string `mapstructure:"proxy_protocol_listeners"`
+	// WSRealIPHeader names the upgrade request header ("X-Real-IP", or
+	// "X-Forwarded-For", whose last entry counts) that carries the client's
+	// address when an HTTP proxy terminates WebSocket in front of the
+	// gate. It is believed only from peers in ProxyTrustedCIDRs, so a
+	// browser talking to the gate directly cannot choose its address.
+	WSRealIPHeader string `mapstructure:"ws_real_ip_header"`
 }
 
 // TLSEnabled reports whether the gate terminates TLS on TLSAddr.
@@ -213,71 +230,74 @@ type Deliver struct {
 // Defaults are the built-in values; keys absent here cannot be set from the
 // environment.
 var defaults = map[string]any{
-	"log.level":                  "info",
-	"cluster.secret":             "",
-	"queue.partitions":           16,
-	"gate.id":                    "gate-1",
-	"gate.tcp_addr":              "127.0.0.1:8100",
-	"gate.push_addr":             "127.0.0.1:8110",
-	"gate.push_advertise":        "",
-	"gate.client_advertise":      []string{},
-	"gate.admin_addr":            "127.0.0.1:8120",
-	"gate.logic_addrs":           []string{"127.0.0.1:9000"},
-	"gate.streams_per_logic":     4,
-	"gate.max_inflight":          4096,
-	"gate.max_inflight_per_conn": 64,
-	"gate.max_frame_size":        64 << 10,
-	"gate.auth_timeout":          10 * time.Second,
-	"gate.idle_timeout":          120 * time.Second,
-	"gate.write_timeout":         5 * time.Second,
-	"gate.outbound_queue":        256,
-	"gate.shards":                64,
-	"gate.request_timeout":       10 * time.Second,
-	"gate.proxy_protocol":        false,
-	"gate.proxy_trusted_cidrs":   []string{},
-	"gate.proxy_header_timeout":  3 * time.Second,
-	"gate.tls_addr":              "127.0.0.1:8443",
-	"gate.tls_cert_file":         "",
-	"gate.tls_key_file":          "",
-	"gate.tls_reload_interval":   5 * time.Second,
-	"gate.tls_handshake_timeout": 10 * time.Second,
-	"gate.tls_max_handshakes":    512,
-	"gate.ws_addr":               "127.0.0.1:8180",
-	"gate.ws_allowed_origins":    []string{},
-	"logic.grpc_addr":            "127.0.0.1:9000",
-	"logic.admin_addr":           "127.0.0.1:9020",
-	"logic.machine_id":           1,
-	"logic.mysql.dsn":            "root@tcp(127.0.0.1:3306)/spark_im?parseTime=true&loc=UTC",
-	"logic.mysql.max_open_conns": 64,
-	"logic.mysql.max_idle_conns": 64,
-	"logic.redis.addr":           "127.0.0.1:6379",
-	"logic.redis.password":       "",
-	"logic.redis.db":             0,
-	"logic.redis.pool_size":      64,
-	"logic.jwt_secret":           "",
-	"logic.token_ttl":            7 * 24 * time.Hour,
-	"logic.api_keys":             []string{},
-	"logic.msg_id_window":        5 * time.Minute,
-	"logic.enqueue_retries":      3,
-	"logic.send_rate":            100.0,
-	"logic.send_burst":           400,
-	"logic.recall_window":        2 * time.Minute,
-	"logic.commit_workers":       4, // = message.DefaultCommitWorkers
-	"logic.commit_batch":         64,
-	"logic.group_max_members":    10000,
-	"logic.p2p_policy":           P2POpen,
-	"logic.system_user_id":       1,
-	"deliver.id":                 "deliver-1",
-	"deliver.admin_addr":         "127.0.0.1:9040",
-	"deliver.redis.addr":         "127.0.0.1:6379",
-	"deliver.redis.password":     "",
-	"deliver.redis.db":           0,
-	"deliver.redis.pool_size":    32,
-	"deliver.batch_size":         64,
-	"deliver.lease_ttl":          10 * time.Second,
-	"deliver.push_timeout":       3 * time.Second,
-	"deliver.logic_addrs":        []string{"127.0.0.1:9000"},
-	"deliver.logic_timeout":      2 * time.Second,
+	"log.level":                     "info",
+	"cluster.secret":                "",
+	"queue.partitions":              16,
+	"gate.id":                       "gate-1",
+	"gate.tcp_addr":                 "127.0.0.1:8100",
+	"gate.push_addr":                "127.0.0.1:8110",
+	"gate.push_advertise":           "",
+	"gate.client_advertise":         []string{},
+	"gate.admin_addr":               "127.0.0.1:8120",
+	"gate.logic_addrs":              []string{"127.0.0.1:9000"},
+	"gate.streams_per_logic":        4,
+	"gate.max_inflight":             4096,
+	"gate.max_inflight_per_conn":    64,
+	"gate.max_frame_size":           64 << 10,
+	"gate.auth_timeout":             10 * time.Second,
+	"gate.idle_timeout":             120 * time.Second,
+	"gate.write_timeout":            5 * time.Second,
+	"gate.outbound_queue":           256,
+	"gate.shards":                   64,
+	"gate.request_timeout":          10 * time.Second,
+	"gate.proxy_protocol":           false,
+	"gate.proxy_trusted_cidrs":      []string{},
+	"gate.proxy_header_timeout":     3 * time.Second,
+	"gate.tls_addr":                 "127.0.0.1:8443",
+	"gate.tls_cert_file":            "",
+	"gate.tls_key_file":             "",
+	"gate.tls_reload_interval":      5 * time.Second,
+	"gate.tls_handshake_timeout":    10 * time.Second,
+	"gate.tls_max_handshakes":       512,
+	"gate.ws_addr":                  "127.0.0.1:8180",
+	"gate.ws_allowed_origins":       []string{},
+	"gate.wss_addr":                 "",
+	"gate.ws_real_ip_header":        "",
+	"gate.proxy_protocol_listeners": []string{},
+	"logic.grpc_addr":               "127.0.0.1:9000",
+	"logic.admin_addr":              "127.0.0.1:9020",
+	"logic.machine_id":              1,
+	"logic.mysql.dsn":               "root@tcp(127.0.0.1:3306)/spark_im?parseTime=true&loc=UTC",
+	"logic.mysql.max_open_conns":    64,
+	"logic.mysql.max_idle_conns":    64,
+	"logic.redis.addr":              "127.0.0.1:6379",
+	"logic.redis.password":          "",
+	"logic.redis.db":                0,
+	"logic.redis.pool_size":         64,
+	"logic.jwt_secret":              "",
+	"logic.token_ttl":               7 * 24 * time.Hour,
+	"logic.api_keys":                []string{},
+	"logic.msg_id_window":           5 * time.Minute,
+	"logic.enqueue_retries":         3,
+	"logic.send_rate":               100.0,
+	"logic.send_burst":              400,
+	"logic.recall_window":           2 * time.Minute,
+	"logic.commit_workers":          4, // = message.DefaultCommitWorkers
+	"logic.commit_batch":            64,
+	"logic.group_max_members":       10000,
+	"logic.p2p_policy":              P2POpen,
+	"logic.system_user_id":          1,
+	"deliver.id":                    "deliver-1",
+	"deliver.admin_addr":            "127.0.0.1:9040",
+	"deliver.redis.addr":            "127.0.0.1:6379",
+	"deliver.redis.password":        "",
+	"deliver.redis.db":              0,
+	"deliver.redis.pool_size":       32,
+	"deliver.batch_size":            64,
+	"deliver.lease_ttl":             10 * time.Second,
+	"deliver.push_timeout":          3 * time.Second,
+	"deliver.logic_addrs":           []string{"127.0.0.1:9000"},
+	"deliver.logic_timeout":         2 * time.Second,
 }
 
 // Load reads path (empty: defaults and environment only) and applies the
@@ -351,13 +371,29 @@ func RequireSecret(name, value string) error {
 	return nil
 }
 
-// validateWS checks the WebSocket listener's address and origin list at
-// load, so a typo fails the gate's start instead of refusing every browser.
+// validateWS checks the WebSocket listeners' addresses, origin list and
+// proxy settings at load, so a typo fails the gate's start instead of
+// refusing every browser.
 func validateWS(g Gate) error {
 	if g.WSAddr != "" {
 		if _, _, err := net.SplitHostPort(g.WSAddr); err != nil {
 			return fmt.Errorf("config: gate.ws_addr %q: %w", g.WSAddr, err)
 		}
+	}
+	if g.WSSAddr != "" {
+		if _, _, err := net.SplitHostPort(g.WSSAddr); err != nil {
+			return fmt.Errorf("config: gate.wss_addr %q: %w", g.WSSAddr, err)
+		}
+	}
+	for _, l := range g.ProxyProtocolListeners {
+		switch l {
+		case "tcp", "tls", "ws", "wss":
+		default:
+			return fmt.Errorf("config: gate.proxy_protocol_listeners entry %q: want tcp, tls, ws or wss", l)
+		}
+	}
+	if g.WSRealIPHeader != "" && len(g.ProxyTrustedCIDRs) == 0 {
+		return errors.New("config: gate.ws_real_ip_header is set but gate.proxy_trusted_cidrs is empty: no proxy would be believed")
 	}
 	for _, o := range g.WSAllowedOrigins {
 		u, err := url.Parse(o)

@@ -148,3 +148,32 @@ func TestLoadWS(t *testing.T) {
 		t.Fatal("ws_addr without port accepted")
 	}
 }
+
+// The wss listener, per-listener PROXY and the WebSocket real-IP header:
+// each read from the environment, each typo or unusable combination
+// refused at load.
+func TestLoadWSSAndProxyListeners(t *testing.T) {
+	t.Setenv("IM_GATE_WSS_ADDR", "127.0.0.1:8543")
+	t.Setenv("IM_GATE_PROXY_PROTOCOL_LISTENERS", "tcp,tls")
+	t.Setenv("IM_GATE_PROXY_TRUSTED_CIDRS", "10.0.0.0/8")
+	t.Setenv("IM_GATE_WS_REAL_IP_HEADER", "X-Forwarded-For")
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Gate.WSSAddr != "127.0.0.1:8543" || len(c.Gate.ProxyProtocolListeners) != 2 || c.Gate.WSRealIPHeader != "X-Forwarded-For" {
+		t.Fatalf("gate %+v", c.Gate)
+	}
+	for _, tc := range []struct{ name, key, value string }{
+		{"wss address without port", "IM_GATE_WSS_ADDR", "no-port"},
+		{"unknown listener", "IM_GATE_PROXY_PROTOCOL_LISTENERS", "tcp,http"},
+		{"real-IP header with nobody trusted", "IM_GATE_PROXY_TRUSTED_CIDRS", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(tc.key, tc.value)
+			if _, err := Load(""); err == nil {
+				t.Fatalf("%s=%q accepted", tc.key, tc.value)
+			}
+		})
+	}
+}

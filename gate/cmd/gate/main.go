@@ -67,7 +67,7 @@ func run(configPath string) error {
 		return fmt.Errorf("admin: listen %s: %w", cfg.Gate.AdminAddr, err)
 	}
 	log.Info("listening, waiting for a logic stream",
-		zap.String("tcp", srv.TCPAddr()), zap.String("tls", srv.TLSAddr()), zap.String("ws", srv.WSAddr()), zap.String("push", srv.PushAddr()), zap.String("admin", adm.Addr()))
+		zap.String("tcp", srv.TCPAddr()), zap.String("tls", srv.TLSAddr()), zap.String("ws", srv.WSAddr()), zap.String("wss", srv.WSSAddr()), zap.String("push", srv.PushAddr()), zap.String("admin", adm.Addr()))
 
 	// "ready to serve" means a client can AUTH right away, so it waits for
 	// the first logic stream; the listeners already accept meanwhile.
@@ -76,7 +76,7 @@ func run(configPath string) error {
 			return
 		}
 		log.Info("ready to serve",
-			zap.String("tcp", srv.TCPAddr()), zap.String("tls", srv.TLSAddr()), zap.String("ws", srv.WSAddr()), zap.String("push", srv.PushAddr()),
+			zap.String("tcp", srv.TCPAddr()), zap.String("tls", srv.TLSAddr()), zap.String("ws", srv.WSAddr()), zap.String("wss", srv.WSSAddr()), zap.String("push", srv.PushAddr()),
 			zap.String("admin", adm.Addr()), zap.String("gate_id", cfg.Gate.ID))
 	}()
 

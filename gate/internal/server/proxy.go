@@ -18,21 +18,63 @@ import (
 // unset: a balancer sends it with the connection, at once.
 const defaultProxyHeaderTimeout = 3 * time.Second
 
-// proxyPolicy is the PROXY protocol stage of the TCP transport: which peers
-// may send a header, and how long they have to send it.
+// proxyPolicy is the PROXY protocol stage of the stream transports: which
+// listeners expect a header, which peers may send one, and how long they
+// have to send it.
 type proxyPolicy struct {
-	trusted []netip.Prefix
+	trusted peerSet
 	timeout time.Duration
+	// listeners are the carriers that expect a header; nil means all.
+	listeners map[carrier]bool
 }
 
-// newProxyPolicy parses gate.proxy_trusted_cidrs; a bare address means
-// that one host. The PROXY stage without trusted peers would refuse every
-// connection, so an empty list is a configuration error.
-func newProxyPolicy(cidrs []string, timeout time.Duration) (*proxyPolicy, error) {
+// newProxyPolicy parses gate.proxy_trusted_cidrs and
+// gate.proxy_protocol_listeners. The PROXY stage without trusted peers
+// would refuse every connection, so an empty list is a configuration
+// error.
+func newProxyPolicy(cidrs []string, timeout time.Duration, listeners []string) (*proxyPolicy, error) {
 	p := &proxyPolicy{timeout: timeout}
 	if p.timeout <= 0 {
 		p.timeout = defaultProxyHeaderTimeout
 	}
+	trusted, err := parsePeerSet(cidrs)
+	if err != nil {
+		return nil, err
+	}
+	if len(trusted) == 0 {
+		return nil, errors.New("server: gate.proxy_protocol is on but gate.proxy_trusted_cidrs is empty")
+	}
+	p.trusted = trusted
+	if len(listeners) > 0 {
+		p.listeners = make(map[carrier]bool, len(listeners))
+		for _, l := range listeners {
+			switch k := carrier(l); k {
+			case carrierTCP, carrierTLS, carrierWS, carrierWSS:
+				p.listeners[k] = true
+			default:
+				return nil, fmt.Errorf("server: gate.proxy_protocol_listeners entry %q: want tcp, tls, ws or wss", l)
+			}
+		}
+	}
+	return p, nil
+}
+
+// on reports whether connections accepted on a kind of listener start
+// with a PROXY header.
+func (p *proxyPolicy) on(kind carrier) bool {
+	return p != nil && (p.listeners == nil || p.listeners[kind])
+}
+
+// trusts reports whether the socket peer may send a PROXY header.
+func (p *proxyPolicy) trusts(addr net.Addr) bool { return p.trusted.contains(addr) }
+
+// peerSet is a list of trusted networks: the balancers and proxies whose
+// word on a client's address the gate believes.
+type peerSet []netip.Prefix
+
+// parsePeerSet parses CIDRs; a bare address means that one host.
+func parsePeerSet(cidrs []string) (peerSet, error) {
+	var set peerSet
 	for _, c := range cidrs {
 		c = strings.TrimSpace(c)
 		if c == "" {
@@ -50,21 +92,18 @@ func newProxyPolicy(cidrs []string, timeout time.Duration) (*proxyPolicy, error)
 		if err != nil {
 			return nil, fmt.Errorf("server: gate.proxy_trusted_cidrs entry %q: %w", c, err)
 		}
-		p.trusted = append(p.trusted, pfx.Masked())
+		set = append(set, pfx.Masked())
 	}
-	if len(p.trusted) == 0 {
-		return nil, errors.New("server: gate.proxy_protocol is on but gate.proxy_trusted_cidrs is empty")
-	}
-	return p, nil
+	return set, nil
 }
 
-// trusts reports whether the socket peer may send a PROXY header.
-func (p *proxyPolicy) trusts(addr net.Addr) bool {
+// contains reports whether a socket peer is inside the set.
+func (p peerSet) contains(addr net.Addr) bool {
 	a := addrOf(addr)
 	if !a.IsValid() {
 		return false
 	}
-	for _, pfx := range p.trusted {
+	for _, pfx := range p {
 		if pfx.Contains(a) {
 			return true
 		}

@@ -173,20 +173,36 @@ func TestProxyStageCloses(t *testing.T) {
 
 func TestProxyConfig(t *testing.T) {
 	for _, tc := range []struct {
-		cidrs []string
-		ok    bool
+		cidrs     []string
+		listeners []string
+		ok        bool
 	}{
-		{nil, false},
-		{[]string{""}, false},
-		{[]string{"10.0.0.0/8", "127.0.0.1", "::1", "fd00::/8"}, true},
-		{[]string{"10.0.0.0/33"}, false},
-		{[]string{"not-an-ip"}, false},
+		{nil, nil, false},
+		{[]string{""}, nil, false},
+		{[]string{"10.0.0.0/8", "127.0.0.1", "::1", "fd00::/8"}, nil, true},
+		{[]string{"10.0.0.0/33"}, nil, false},
+		{[]string{"not-an-ip"}, nil, false},
+		{[]string{"10.0.0.0/8"}, []string{"tcp", "tls", "ws", "wss"}, true},
+		{[]string{"10.0.0.0/8"}, []string{"http"}, false},
 	} {
-		if _, err := newProxyPolicy(tc.cidrs, 0); (err == nil) != tc.ok {
-			t.Errorf("cidrs %q: err %v, want ok=%v", tc.cidrs, err, tc.ok)
+		if _, err := newProxyPolicy(tc.cidrs, 0, tc.listeners); (err == nil) != tc.ok {
+			t.Errorf("cidrs %q listeners %q: err %v, want ok=%v", tc.cidrs, tc.listeners, err, tc.ok)
 		}
 	}
-	p, err := newProxyPolicy([]string{"10.0.0.0/8", "127.0.0.1"}, 0)
+	some, err := newProxyPolicy([]string{"10.0.0.0/8"}, 0, []string{"tls"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for kind, want := range map[carrier]bool{carrierTCP: false, carrierTLS: true, carrierWS: false, carrierWSS: false} {
+		if got := some.on(kind); got != want {
+			t.Errorf("on(%s) = %v, want %v", kind, got, want)
+		}
+	}
+	var off *proxyPolicy
+	if off.on(carrierTCP) {
+		t.Error("a nil policy (PROXY off) expects headers")
+	}
+	p, err := newProxyPolicy([]string{"10.0.0.0/8", "127.0.0.1"}, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

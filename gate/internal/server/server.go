@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cloudwego/netpoll"
-	"github.com/gobwas/ws"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -77,20 +76,16 @@ type Server struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	up     *Upstream
-	evl    netpoll.EventLoop
-	tcpLn  netpoll.Listener
-	tlsEvl netpoll.EventLoop
-	tlsLn  netpoll.Listener
-	// wsUpgrader answers WebSocket upgrades on wsLn (gate.ws_addr; nil
-	// when it is empty).
-	wsUpgrader *ws.Upgrader
-	wsEvl      netpoll.EventLoop
-	wsLn       netpoll.Listener
-	pushSrv    *grpc.Server
-	pushLn     net.Listener
-	health     *health.Server
-	serveErr   chan error
+	up *Upstream
+	// listeners are the client listeners in start order, plain TCP
+	// first; each has its own event loop.
+	listeners []clientListener
+	// wsPolicy answers WebSocket upgrades on the ws and wss listeners.
+	wsPolicy *wsPolicy
+	pushSrv  *grpc.Server
+	pushLn   net.Listener
+	health   *health.Server
+	serveErr chan error
 
 	listening atomic.Bool
 	draining  atomic.Bool
@@ -133,11 +128,15 @@ func New(opts Options) (*Server, error) {
 	}
 	var proxy *proxyPolicy
 	if cfg.ProxyProtocol {
-		p, err := newProxyPolicy(cfg.ProxyTrustedCIDRs, cfg.ProxyHeaderTimeout)
+		p, err := newProxyPolicy(cfg.ProxyTrustedCIDRs, cfg.ProxyHeaderTimeout, cfg.ProxyProtocolListeners)
 		if err != nil {
 			return nil, err
 		}
 		proxy = p
+	}
+	wsp, err := newWSPolicy(cfg.WSAllowedOrigins, cfg.WSRealIPHeader, cfg.ProxyTrustedCIDRs)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.TLSHandshakeTimeout <= 0 {
 		cfg.TLSHandshakeTimeout = defaultTLSHandshakeTimeout
@@ -158,6 +157,8 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("server: tls: %w", err)
 		}
 		certs, tlsConf, tlsSlots = c, newTLSConfig(c), make(chan struct{}, cfg.TLSMaxHandshakes)
+	} else if cfg.WSSAddr != "" {
+		return nil, errors.New("server: gate.wss_addr needs gate.tls_cert_file and gate.tls_key_file")
 	}
 	t := NewTable(cfg.Shards)
 	return &Server{
@@ -165,6 +166,7 @@ func New(opts Options) (*Server, error) {
 		tlsConf:  tlsConf,
 		tlsSlots: tlsSlots,
 		proxy:    proxy,
+		wsPolicy: wsp,
 		cfg:      cfg,
 		secret:   opts.ClusterSecret,
 		log:      opts.Logger,
@@ -174,7 +176,7 @@ func New(opts Options) (*Server, error) {
 		connIDs:  NewConnIDs(time.Now()),
 		sweeper:  NewSweeper(t, cfg.AuthTimeout, cfg.IdleTimeout, opts.SweepInterval),
 		drain:    drain,
-		serveErr: make(chan error, 2),
+		serveErr: make(chan error, 8),
 	}, nil
 }
 
@@ -223,37 +225,16 @@ func (s *Server) Start(ctx context.Context) error {
 		}
 	}()
 
-	ln, evl, err := s.listenStream(s.cfg.TCPAddr, carrierTCP)
-	if err != nil {
-		s.pushSrv.Stop()
-		up.closeConns()
-		return err
+	for _, l := range s.wantListeners() {
+		if err := s.listenStream(l.addr, l.kind); err != nil {
+			s.shutdownListeners(ctx)
+			s.pushSrv.Stop()
+			up.closeConns()
+			return err
+		}
 	}
-	s.tcpLn, s.evl = ln, evl
 	if s.certs != nil {
-		ln, evl, err := s.listenStream(s.cfg.TLSAddr, carrierTLS)
-		if err != nil {
-			_ = s.evl.Shutdown(ctx)
-			s.pushSrv.Stop()
-			up.closeConns()
-			return err
-		}
-		s.tlsLn, s.tlsEvl = ln, evl
 		go s.certs.watch(s.ctx, s.cfg.TLSReloadInterval)
-	}
-	if s.cfg.WSAddr != "" {
-		s.wsUpgrader = newUpgrader(s.cfg.WSAllowedOrigins)
-		ln, evl, err := s.listenStream(s.cfg.WSAddr, carrierWS)
-		if err != nil {
-			_ = s.evl.Shutdown(ctx)
-			if s.tlsEvl != nil {
-				_ = s.tlsEvl.Shutdown(ctx)
-			}
-			s.pushSrv.Stop()
-			up.closeConns()
-			return err
-		}
-		s.wsLn, s.wsEvl = ln, evl
 	}
 
 	up.cfg.ClientAddrs = s.clientAddrs()
@@ -288,39 +269,44 @@ func (s *Server) watchReady(ctx context.Context) {
 func (s *Server) Errors() <-chan error { return s.serveErr }
 
 // clientAddrs returns the addresses clients are told to connect to:
-// gate.client_advertise, else the bound TCP listener.
+// gate.client_advertise, else every bound client listener as a URL.
 func (s *Server) clientAddrs() []string {
 	if len(s.cfg.ClientAdvertise) > 0 {
 		return s.cfg.ClientAdvertise
 	}
-	addrs := []string{"tcp://" + s.tcpLn.Addr().String()}
-	if s.tlsLn != nil {
-		addrs = append(addrs, "tls://"+s.tlsLn.Addr().String())
-	}
-	if s.wsLn != nil {
-		addrs = append(addrs, "ws://"+s.wsLn.Addr().String()+wsPath)
+	addrs := make([]string, 0, len(s.listeners))
+	for _, l := range s.listeners {
+		u := string(l.kind) + "://" + l.ln.Addr().String()
+		if l.kind == carrierWS || l.kind == carrierWSS {
+			u += wsPath
+		}
+		addrs = append(addrs, u)
 	}
 	return addrs
 }
 
-// WSAddr returns the bound WebSocket address, "" when it is off.
-func (s *Server) WSAddr() string {
-	if s.wsLn == nil {
-		return ""
+// listenerAddr returns the bound address of a kind of client listener, ""
+// when it is off.
+func (s *Server) listenerAddr(kind carrier) string {
+	for _, l := range s.listeners {
+		if l.kind == kind {
+			return l.ln.Addr().String()
+		}
 	}
-	return s.wsLn.Addr().String()
+	return ""
 }
+
+// WSAddr returns the bound WebSocket address, "" when it is off.
+func (s *Server) WSAddr() string { return s.listenerAddr(carrierWS) }
+
+// WSSAddr returns the bound WebSocket-over-TLS address, "" when it is off.
+func (s *Server) WSSAddr() string { return s.listenerAddr(carrierWSS) }
 
 // TLSAddr returns the bound TLS address, "" when TLS is off.
-func (s *Server) TLSAddr() string {
-	if s.tlsLn == nil {
-		return ""
-	}
-	return s.tlsLn.Addr().String()
-}
+func (s *Server) TLSAddr() string { return s.listenerAddr(carrierTLS) }
 
 // TCPAddr returns the bound client address.
-func (s *Server) TCPAddr() string { return s.tcpLn.Addr().String() }
+func (s *Server) TCPAddr() string { return s.listenerAddr(carrierTCP) }
 
 // PushAddr returns the bound Push address.
 func (s *Server) PushAddr() string { return s.pushLn.Addr().String() }
@@ -386,13 +372,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// onPrepare refused new connections meanwhile.
 	lctx, lcancel := context.WithTimeout(ctx, time.Second)
 	defer lcancel()
-	_ = s.evl.Shutdown(lctx)
-	if s.tlsEvl != nil {
-		_ = s.tlsEvl.Shutdown(lctx)
-	}
-	if s.wsEvl != nil {
-		_ = s.wsEvl.Shutdown(lctx)
-	}
+	s.shutdownListeners(lctx)
 
 	uctx, ucancel := context.WithTimeout(ctx, 2*time.Second)
 	defer ucancel()

@@ -54,6 +54,12 @@ func (t *tcpConn) WriteFrames(b []byte) error {
 	if t.ws != nil {
 		return t.writeWS(b)
 	}
+	return t.writeRaw(b)
+}
+
+// writeRaw writes bytes to the client through TLS when the connection has
+// it.
+func (t *tcpConn) writeRaw(b []byte) error {
 	if t.sec != nil {
 		if _, err := t.sec.tc.Write(b); err != nil {
 			return fmt.Errorf("tls: write: %w", err)
@@ -72,6 +78,9 @@ func (t *tcpConn) Close() error { return t.nc.Close() }
 // Kind implements Transport.
 func (t *tcpConn) Kind() string {
 	if t.ws != nil {
+		if t.sec != nil {
+			return "wss"
+		}
 		return "ws"
 	}
 	if t.sec != nil {
@@ -128,14 +137,51 @@ const (
 	carrierTCP carrier = "tcp"
 	carrierTLS carrier = "tls"
 	carrierWS  carrier = "ws"
+	carrierWSS carrier = "wss"
 )
 
-// listenStream binds a client listener (plain TCP, TLS or WebSocket) and
-// serves it on its own netpoll event loop in the background.
-func (s *Server) listenStream(addr string, kind carrier) (netpoll.Listener, netpoll.EventLoop, error) {
+// secure reports whether the carrier runs inside TLS.
+func (k carrier) secure() bool { return k == carrierTLS || k == carrierWSS }
+
+// websocket reports whether the carrier runs WebSocket.
+func (k carrier) websocket() bool { return k == carrierWS || k == carrierWSS }
+
+// clientListener is one bound client listener and its event loop.
+type clientListener struct {
+	kind carrier
+	ln   netpoll.Listener
+	evl  netpoll.EventLoop
+}
+
+// listenSpec is a client listener the configuration asks for.
+type listenSpec struct {
+	kind carrier
+	addr string
+}
+
+// wantListeners lists the configured client listeners: plain TCP always,
+// TLS and WebSocket-over-TLS when certificates are set, WebSocket when
+// its address is set.
+func (s *Server) wantListeners() []listenSpec {
+	want := []listenSpec{{carrierTCP, s.cfg.TCPAddr}}
+	if s.certs != nil {
+		want = append(want, listenSpec{carrierTLS, s.cfg.TLSAddr})
+	}
+	if s.cfg.WSAddr != "" {
+		want = append(want, listenSpec{carrierWS, s.cfg.WSAddr})
+	}
+	if s.certs != nil && s.cfg.WSSAddr != "" {
+		want = append(want, listenSpec{carrierWSS, s.cfg.WSSAddr})
+	}
+	return want
+}
+
+// listenStream binds a client listener and serves it on its own netpoll
+// event loop in the background.
+func (s *Server) listenStream(addr string, kind carrier) error {
 	ln, err := netpoll.CreateListener("tcp", addr)
 	if err != nil {
-		return nil, nil, fmt.Errorf("server: listen %s %s: %w", kind, addr, err)
+		return fmt.Errorf("server: listen %s %s: %w", kind, addr, err)
 	}
 	evl, err := netpoll.NewEventLoop(s.onRequest,
 		netpoll.WithOnPrepare(func(nc netpoll.Connection) context.Context { return s.onPrepare(nc, kind) }),
@@ -143,14 +189,23 @@ func (s *Server) listenStream(addr string, kind carrier) (netpoll.Listener, netp
 	)
 	if err != nil {
 		_ = ln.Close()
-		return nil, nil, fmt.Errorf("server: %s event loop: %w", kind, err)
+		return fmt.Errorf("server: %s event loop: %w", kind, err)
 	}
 	go func() {
 		if err := evl.Serve(ln); err != nil && !s.draining.Load() {
 			s.serveErr <- fmt.Errorf("server: %s: %w", kind, err)
 		}
 	}()
-	return ln, evl, nil
+	s.listeners = append(s.listeners, clientListener{kind: kind, ln: ln, evl: evl})
+	return nil
+}
+
+// shutdownListeners stops every client listener's event loop, which also
+// closes its connections.
+func (s *Server) shutdownListeners(ctx context.Context) {
+	for _, l := range s.listeners {
+		_ = l.evl.Shutdown(ctx)
+	}
 }
 
 // onPrepare runs once per accepted socket, before netpoll registers it.
@@ -162,13 +217,13 @@ func (s *Server) onPrepare(nc netpoll.Connection, kind carrier) context.Context 
 		return s.ctx
 	}
 	t := &tcpConn{s: s, nc: nc, dec: streamDecoder{maxFrame: s.cfg.MaxFrameSize}}
-	switch kind {
-	case carrierTLS:
+	if kind.secure() {
 		t.armTLS(nc)
-	case carrierWS:
+	}
+	if kind.websocket() {
 		t.armWS(nc)
 	}
-	if s.proxy == nil {
+	if !s.proxy.on(kind) {
 		t.realIP = remoteIP(nc.RemoteAddr())
 		if kind == carrierTCP {
 			t.open(t.realIP)
@@ -209,7 +264,9 @@ func (s *Server) proxyReject(nc netpoll.Connection, reason string, err error) {
 // onRequest consumes every readable byte, because returning with unread
 // bytes makes netpoll call again at once, forever: whole frames go to the
 // session straight out of netpoll's buffer, a partial one into the
-// decoder's own, and anything after a close is discarded.
+// decoder's own, and anything after a close is discarded. The layers run
+// in order, each finishing before the next sees a byte: PROXY header, TLS
+// handshake, WebSocket upgrade, then frames.
 func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 	t, ok := ctx.Value(connKey{}).(*tcpConn)
 	if !ok {
@@ -217,68 +274,55 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 	}
 	r := nc.Reader()
 	defer func() { _ = r.Release() }()
-	if t.c == nil {
-		if t.awaiting.Load() {
-			realIP, err := t.readProxyHeader(r)
-			if err != nil {
-				_ = r.Skip(r.Len())
-				s.proxyReject(nc, "bad header", err)
-				return nil
-			}
-			if realIP == "" {
-				return nil
-			}
-			t.awaiting.Store(false)
-			t.proxyTimer.Stop()
-			t.realIP = realIP
-		} else if (t.sec == nil || t.sec.done.Load()) && (t.ws == nil || t.ws.upgraded.Load()) {
-			// The session could not start (closed or draining).
+	if t.awaiting.Load() {
+		realIP, err := t.readProxyHeader(r)
+		if err != nil {
+			_ = r.Skip(r.Len())
+			s.proxyReject(nc, "bad header", err)
+			return nil
+		}
+		if realIP == "" {
+			return nil
+		}
+		t.awaiting.Store(false)
+		t.proxyTimer.Stop()
+		t.realIP = realIP
+	}
+	if t.sec != nil && !t.sec.done.Load() {
+		if r.Len() == 0 {
+			// Exactly the PROXY header so far.
+			return nil
+		}
+		if err := t.handshake(); err != nil {
+			s.log.Debug("tls handshake failed, closing", zap.String("real_ip", t.realIP), zap.Error(err))
 			_ = r.Skip(r.Len())
 			return nc.Close()
 		}
-		if t.sec != nil && !t.sec.done.Load() {
-			if r.Len() == 0 {
-				// Exactly the PROXY header so far.
-				return nil
-			}
-			if err := t.handshake(); err != nil {
-				s.log.Debug("tls handshake failed, closing", zap.String("real_ip", t.realIP), zap.Error(err))
-				_ = r.Skip(r.Len())
-				return nc.Close()
-			}
-		}
-		if t.ws != nil && !t.ws.upgraded.Load() {
-			if r.Len() == 0 {
-				return nil
-			}
-			done, err := t.upgradeWS(r)
-			if err != nil {
-				s.log.Debug("ws upgrade refused, closing", zap.String("real_ip", t.realIP), zap.Error(err))
-				_ = r.Skip(r.Len())
-				return nc.Close()
-			}
-			if !done {
-				return nil
-			}
-		}
+	}
+	if t.c == nil && t.ws == nil {
+		// A stream session starts as soon as its client is known and
+		// its handshake done, so the AUTH deadline runs from then.
 		if t.open(t.realIP) == nil {
 			_ = r.Skip(r.Len())
 			return nc.Close()
 		}
 	}
 	var err error
-	switch {
-	case t.ws != nil:
-		err = t.feedWS(ctx, r)
-	case t.sec != nil:
+	if t.sec != nil {
 		err = t.readTLS(ctx)
-	default:
-		err = t.dec.feed(ctx, r, t)
+	} else {
+		err = t.consume(ctx, r)
 	}
 	var bad *badStreamError
 	var wsErr *wsCloseError
 	switch {
 	case err == nil, errors.Is(err, errDecodeStopped):
+	case t.c == nil:
+		// Before the session: a refused upgrade, a session that could
+		// not start, or a broken TLS stream.
+		s.log.Debug("connection refused before its session, closing", zap.String("real_ip", t.realIP), zap.Error(err))
+		_ = r.Skip(r.Len())
+		return nc.Close()
 	case errors.As(err, &wsErr):
 		t.closeWS(wsErr)
 	case errors.As(err, &bad):
@@ -286,10 +330,39 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 	default:
 		t.c.Close("read failed")
 	}
-	if err != nil || t.c.out.Closing() {
+	if err != nil || (t.c != nil && t.c.out.Closing()) {
 		// The connection is closing (maybe only after a last answer is
 		// written): whatever else the client sent is discarded.
 		_ = r.Skip(r.Len())
 	}
 	return nil
+}
+
+// errNoSession reports that the session could not start (the socket
+// closed meanwhile, or the gate is draining).
+var errNoSession = errors.New("session could not start")
+
+// consume hands the bytes of src, plaintext after any TLS, to the
+// carrier's decoder: the WebSocket upgrade first (the session starts once
+// it is answered), then WebSocket messages or the Spark byte stream.
+func (t *tcpConn) consume(ctx context.Context, src byteSource) error {
+	if src.Len() == 0 {
+		return nil
+	}
+	if t.c == nil {
+		if t.ws == nil || t.ws.upgraded.Load() {
+			return errNoSession
+		}
+		done, err := t.upgradeWS(src)
+		if err != nil || !done {
+			return err
+		}
+		if t.open(t.realIP) == nil {
+			return errNoSession
+		}
+	}
+	if t.ws != nil {
+		return t.feedWS(ctx, src)
+	}
+	return t.dec.feed(ctx, src, t)
 }

@@ -176,8 +176,8 @@ func (t *tcpConn) handshake() error {
 	return nil
 }
 
-// readTLS decrypts every record netpoll has delivered and feeds the
-// plaintext to the stream decoder, until crypto/tls would have to wait.
+// readTLS decrypts every record netpoll has delivered and hands the
+// plaintext to the carrier's decoder, until crypto/tls would have to wait.
 // It returns nil then, or the decoder's or the connection's error.
 func (t *tcpConn) readTLS(ctx context.Context) error {
 	bp := plainBufs.Get().(*[]byte)
@@ -187,7 +187,7 @@ func (t *tcpConn) readTLS(ctx context.Context) error {
 		n, err := t.sec.tc.Read(buf)
 		if n > 0 {
 			src := sliceSource{b: buf[:n]}
-			if ferr := t.dec.feed(ctx, &src, t); ferr != nil {
+			if ferr := t.consume(ctx, &src); ferr != nil {
 				return ferr
 			}
 		}

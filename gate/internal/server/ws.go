@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,12 +21,13 @@ import (
 
 // WebSocket on netpoll (docs/decisions.md 62, notes/netpoll-tls-ws-proxy.md):
 // the event loop must never wait for bytes, so nothing here reads through
-// a blocking reader. The HTTP upgrade request is collected from netpoll's
-// buffer (moved to the connection's own buffer while incomplete) up to
-// its blank line and handed, exactly those bytes, to gobwas/ws's Upgrader,
-// which writes the 101 or the refusal. Afterwards each WebSocket frame is
-// cut from netpoll's buffer by hand (header length from its first bytes,
-// then ws.ReadHeader on a complete header); a partial frame moves to the
+// a blocking reader. The HTTP upgrade request is collected from the
+// connection's bytes (netpoll's buffer on ws, decrypted plaintext on wss;
+// moved to the connection's own buffer while incomplete) up to its blank
+// line and handed, exactly those bytes, to gobwas/ws's Upgrader, which
+// writes the 101 or the refusal. Afterwards each WebSocket frame is cut
+// from the bytes by hand (header length from its first bytes, then
+// ws.ReadHeader on a complete header); a partial frame moves to the
 // connection's own buffer, so OnRequest always consumes every byte. One
 // binary message carries exactly one Spark frame, handed to the session
 // like the stream decoder does; pings, closes and protocol errors are
@@ -66,15 +68,57 @@ type wsLayer struct {
 	msg     []byte
 	inMsg   bool
 	// wmu serialises the session's flusher and the event loop's pongs
-	// and close frames: netpoll refuses concurrent writes.
+	// and close frames: netpoll refuses concurrent writes, and frames
+	// must not interleave.
 	wmu sync.Mutex
+	// ctrl holds control frames (pongs, a close) the event loop queued;
+	// whoever holds wmu writes them (see writeControl), under cmu.
+	cmu  sync.Mutex
+	ctrl []byte
 }
 
-// newUpgrader builds the listener's upgrader: path /ws only, and the
-// Origin allow-list when one is configured. A request without Origin is
-// not a browser's, so the list (a browser-side protection) does not
-// apply; the token authenticates either way.
-func newUpgrader(allowed []string) *ws.Upgrader {
+// wsPolicy is what the WebSocket listeners check at the upgrade: the
+// Origin allow-list and where the client's real address comes from.
+type wsPolicy struct {
+	// origins is the allow-list, nil when any origin may connect. A
+	// request without Origin is not a browser's, so the list (a
+	// browser-side protection) does not apply; the token authenticates
+	// either way.
+	origins map[string]struct{}
+	// realIPHeader, when set, carries the client's address from an HTTP
+	// proxy in trusted; anyone else's header is ignored.
+	realIPHeader string
+	trusted      peerSet
+}
+
+// newWSPolicy parses gate.ws_allowed_origins, gate.ws_real_ip_header and
+// the trusted proxies.
+func newWSPolicy(origins []string, realIPHeader string, trustedCIDRs []string) (*wsPolicy, error) {
+	p := &wsPolicy{realIPHeader: realIPHeader}
+	if len(origins) > 0 {
+		p.origins = make(map[string]struct{}, len(origins))
+		for _, o := range origins {
+			p.origins[strings.ToLower(strings.TrimSuffix(o, "/"))] = struct{}{}
+		}
+	}
+	if realIPHeader != "" {
+		trusted, err := parsePeerSet(trustedCIDRs)
+		if err != nil {
+			return nil, err
+		}
+		if len(trusted) == 0 {
+			return nil, errors.New("server: gate.ws_real_ip_header is set but gate.proxy_trusted_cidrs is empty")
+		}
+		p.trusted = trusted
+	}
+	return p, nil
+}
+
+// upgrader builds one connection's upgrader: path /ws only, the Origin
+// allow-list, and, from a trusted proxy, the client's address from the
+// configured header into t.realIP (the session starts after the upgrade,
+// so it never sees the proxy's address).
+func (p *wsPolicy) upgrader(t *tcpConn) *ws.Upgrader {
 	u := &ws.Upgrader{
 		OnRequest: func(uri []byte) error {
 			path := uri
@@ -87,22 +131,41 @@ func newUpgrader(allowed []string) *ws.Upgrader {
 			return nil
 		},
 	}
-	if len(allowed) > 0 {
-		set := make(map[string]struct{}, len(allowed))
-		for _, o := range allowed {
-			set[strings.ToLower(strings.TrimSuffix(o, "/"))] = struct{}{}
-		}
-		u.OnHeader = func(key, value []byte) error {
-			if !strings.EqualFold(string(key), "Origin") {
-				return nil
-			}
-			if _, ok := set[strings.ToLower(string(value))]; !ok {
+	fromProxy := p.realIPHeader != "" && p.trusted.contains(t.nc.RemoteAddr())
+	if p.origins == nil && !fromProxy {
+		return u
+	}
+	u.OnHeader = func(key, value []byte) error {
+		switch {
+		case p.origins != nil && strings.EqualFold(string(key), "Origin"):
+			if _, ok := p.origins[strings.ToLower(string(value))]; !ok {
 				return ws.RejectConnectionError(ws.RejectionStatus(403), ws.RejectionReason("origin not allowed"))
 			}
-			return nil
+		case fromProxy && strings.EqualFold(string(key), p.realIPHeader):
+			ip, ok := lastForwardedAddr(value)
+			if !ok {
+				return ws.RejectConnectionError(ws.RejectionStatus(400), ws.RejectionReason("bad "+p.realIPHeader))
+			}
+			t.realIP = ip
 		}
+		return nil
 	}
 	return u
+}
+
+// lastForwardedAddr returns the last address of an X-Forwarded-For style
+// list (or a lone X-Real-IP value): the one the nearest, trusted proxy
+// appended; earlier entries are whatever the client claimed.
+func lastForwardedAddr(v []byte) (string, bool) {
+	s := string(v)
+	if i := strings.LastIndexByte(s, ','); i >= 0 {
+		s = s[i+1:]
+	}
+	a, err := netip.ParseAddr(strings.TrimSpace(s))
+	if err != nil {
+		return "", false
+	}
+	return a.Unmap().String(), true
 }
 
 // armWS starts the upgrade deadline, counted from accept so a slow PROXY
@@ -120,21 +183,27 @@ func (t *tcpConn) armWS(nc netpoll.Connection) {
 }
 
 // requestWriter is the Upgrader's view of the connection: the request
-// bytes already collected, and the socket for the response.
+// bytes already collected, and the connection (through TLS on wss) for
+// the response.
 type requestWriter struct {
 	*bytes.Reader
-	nc netpoll.Connection
+	t *tcpConn
 }
 
-func (w requestWriter) Write(p []byte) (int, error) { return w.nc.Write(p) }
+func (w requestWriter) Write(p []byte) (int, error) {
+	if err := w.t.writeRaw(p); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
 
 // upgradeWS collects the upgrade request and answers it. It reports true
 // once upgraded; false with a nil error while the request is incomplete.
-// Bytes after the request stay in netpoll's buffer for the frame decoder.
-func (t *tcpConn) upgradeWS(r netpoll.Reader) (bool, error) {
+// Bytes after the request stay in src for the frame decoder.
+func (t *tcpConn) upgradeWS(src byteSource) (bool, error) {
 	l := t.ws
-	avail := r.Len()
-	peek, err := r.Peek(avail)
+	avail := src.Len()
+	peek, err := src.Peek(avail)
 	if err != nil {
 		return false, fmt.Errorf("ws: peek request: %w", err)
 	}
@@ -146,25 +215,28 @@ func (t *tcpConn) upgradeWS(r netpoll.Reader) (bool, error) {
 	end := bytes.Index(buf, []byte("\r\n\r\n"))
 	if end < 0 {
 		if len(buf) > wsMaxRequest {
-			_, _ = t.nc.Write([]byte("HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n"))
+			_ = t.writeRaw([]byte("HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n"))
 			return false, errors.New("ws: upgrade request too large")
 		}
 		if len(l.req) == 0 {
 			buf = append([]byte(nil), peek...)
 		}
 		l.req = buf
-		return false, r.Skip(avail)
+		if _, err := src.Next(avail); err != nil {
+			return false, fmt.Errorf("ws: skip request: %w", err)
+		}
+		return false, nil
 	}
 	end += 4
 	req := buf[:end]
 	if len(l.req) == 0 {
 		req = append([]byte(nil), req...)
 	}
-	if err := r.Skip(end - len(l.req)); err != nil {
+	if _, err := src.Next(end - len(l.req)); err != nil {
 		return false, fmt.Errorf("ws: skip request: %w", err)
 	}
 	l.req = nil
-	if _, err := t.s.wsUpgrader.Upgrade(requestWriter{Reader: bytes.NewReader(req), nc: t.nc}); err != nil {
+	if _, err := t.s.wsPolicy.upgrader(t).Upgrade(requestWriter{Reader: bytes.NewReader(req), t: t}); err != nil {
 		return false, fmt.Errorf("ws: upgrade: %w", err)
 	}
 	l.upgraded.Store(true)
@@ -216,11 +288,11 @@ func (t *tcpConn) parseWSHeader(b []byte) (ws.Header, int, error) {
 	return h, hl, nil
 }
 
-// feedWS decodes every complete WebSocket frame in netpoll's buffer and
-// keeps a trailing partial one. It returns nil when the buffer is empty,
-// errDecodeStopped when the session stopped, a *wsCloseError for a
-// protocol violation, or a read error.
-func (t *tcpConn) feedWS(ctx context.Context, r netpoll.Reader) error {
+// feedWS decodes every complete WebSocket frame in r and keeps a trailing
+// partial one. It returns nil when r is empty, errDecodeStopped when the
+// session stopped, a *wsCloseError for a protocol violation, or a read
+// error.
+func (t *tcpConn) feedWS(ctx context.Context, r byteSource) error {
 	l := t.ws
 	for {
 		n := r.Len()
@@ -257,7 +329,7 @@ func (t *tcpConn) feedWS(ctx context.Context, r netpoll.Reader) error {
 
 // assembleWS moves bytes of a partial frame into the connection's buffer,
 // never past the frame's end, and handles the frame once complete.
-func (t *tcpConn) assembleWS(ctx context.Context, r netpoll.Reader) error {
+func (t *tcpConn) assembleWS(ctx context.Context, r byteSource) error {
 	l := t.ws
 	hl := wsHeaderLen(l.pending)
 	if hl == 0 || len(l.pending) < hl {
@@ -299,7 +371,7 @@ func (t *tcpConn) assembleWS(ctx context.Context, r netpoll.Reader) error {
 }
 
 // wsFrame handles one complete, checked client frame. aliased says payload
-// points into netpoll's buffer.
+// points into a buffer that is reused once OnRequest returns.
 func (t *tcpConn) wsFrame(ctx context.Context, h ws.Header, payload []byte, aliased bool) error {
 	l := t.ws
 	ws.Cipher(payload, h.Mask, 0)
@@ -355,18 +427,77 @@ func (t *tcpConn) wsMessage(ctx context.Context, msg []byte, aliased bool) error
 	return nil
 }
 
-// writeControl writes a control frame (pong, close) from the event loop.
+// writeControl queues a control frame (pong, close) from the event loop
+// and writes it at once if no one is writing. It never waits for the
+// flusher: a flusher stuck on a client that does not read would hold the
+// connection's handler for the whole write timeout. The flusher writes
+// what was queued meanwhile when its write ends (unlockWrite).
 func (t *tcpConn) writeControl(f ws.Frame) error {
 	b, err := ws.CompileFrame(f)
 	if err != nil {
 		return fmt.Errorf("ws: compile control frame: %w", err)
 	}
-	t.ws.wmu.Lock()
-	defer t.ws.wmu.Unlock()
-	if _, err := t.nc.Write(b); err != nil {
+	l := t.ws
+	l.cmu.Lock()
+	l.ctrl = append(l.ctrl, b...)
+	l.cmu.Unlock()
+	if !l.wmu.TryLock() {
+		return nil
+	}
+	err = t.writeQueuedControl()
+	t.unlockWrite()
+	return err
+}
+
+// writeQueuedControl writes the queued control frames; wmu must be held.
+func (t *tcpConn) writeQueuedControl() error {
+	l := t.ws
+	l.cmu.Lock()
+	b := l.ctrl
+	l.ctrl = nil
+	l.cmu.Unlock()
+	if len(b) == 0 {
+		return nil
+	}
+	if err := t.writeRaw(b); err != nil {
 		return fmt.Errorf("ws: write control frame: %w", err)
 	}
 	return nil
+}
+
+// unlockWrite releases wmu, then writes control frames the event loop
+// queued after the holder's last look, unless someone else took the lock
+// (and with it the duty).
+func (t *tcpConn) unlockWrite() {
+	l := t.ws
+	for {
+		l.wmu.Unlock()
+		l.cmu.Lock()
+		empty := len(l.ctrl) == 0
+		l.cmu.Unlock()
+		if empty || !l.wmu.TryLock() {
+			return
+		}
+		_ = t.writeQueuedControl()
+	}
+}
+
+// awaitControl waits, briefly, until queued control frames are written,
+// so a close frame goes out before the socket closes. A flusher that
+// cannot finish within the bound is writing to a client that does not
+// read; that client gets the bare TCP close.
+func (t *tcpConn) awaitControl() {
+	const bound, step = 100 * time.Millisecond, 500 * time.Microsecond
+	l := t.ws
+	for waited := time.Duration(0); waited < bound; waited += step {
+		l.cmu.Lock()
+		empty := len(l.ctrl) == 0
+		l.cmu.Unlock()
+		if empty {
+			return
+		}
+		time.Sleep(step)
+	}
 }
 
 // writeWS sends each Spark frame in b as one binary message, all in one
@@ -387,11 +518,11 @@ func (t *tcpConn) writeWS(b []byte) error {
 		b = b[n:]
 	}
 	t.ws.wmu.Lock()
-	defer t.ws.wmu.Unlock()
-	if _, err := t.nc.Write(out.Bytes()); err != nil {
+	defer t.unlockWrite()
+	if err := t.writeRaw(out.Bytes()); err != nil {
 		return fmt.Errorf("ws: write: %w", err)
 	}
-	return nil
+	return t.writeQueuedControl()
 }
 
 // closeWS ends a connection that broke the WebSocket rules: a close frame
@@ -403,5 +534,6 @@ func (t *tcpConn) closeWS(e *wsCloseError) {
 		t.s.log.Debug("ws protocol error, closing", zap.Uint64("conn_id", t.c.id), zap.String("real_ip", t.realIP),
 			zap.Int("code", int(e.code)), zap.String("reason", e.reason))
 	}
+	t.awaitControl()
 	t.c.Close(e.reason)
 }
