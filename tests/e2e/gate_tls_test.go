@@ -3,9 +3,12 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
+	"io"
 	"net"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/tests/framework"
@@ -13,7 +16,8 @@ import (
 
 // Gates terminate TLS themselves: a client AUTHs over TLS on each of two
 // gates and they exchange a message both ways; plain TCP on the same gate
-// still works for deployments that terminate TLS in front.
+// still works for deployments that terminate TLS in front; a wss client
+// exchanges messages with a TLS one.
 func TestGateTLS(t *testing.T) {
 	ca := framework.NewTestCA(t)
 	certs := ca.IssueServer(t, t.TempDir(), 10)
@@ -68,5 +72,41 @@ func TestGateTLS(t *testing.T) {
 	plain := c.Login(t, 0, 8103, "plain-carol")
 	if _, err := plain.Heartbeat(ctx); err != nil {
 		t.Fatalf("plain tcp beside tls: %v", err)
+	}
+
+	// WebSocket inside TLS, as browsers on https pages must use it.
+	dave, err := client.Dial(ctx, c.Gates[1].WSSAddr, client.Options{
+		Dial: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			nc, br, _, err := ws.Dialer{TLSConfig: ca.ClientConfig()}.Dial(ctx, "wss://"+addr+"/ws")
+			if err != nil {
+				return nil, err
+			}
+			var rd io.Reader = nc
+			if br != nil {
+				rd = io.MultiReader(br, nc)
+			}
+			return &wsStream{Conn: nc, rd: rd}, nil
+		},
+	})
+	if err != nil {
+		t.Fatalf("wss dial: %v", err)
+	}
+	t.Cleanup(func() { _ = dave.Close() })
+	if _, err := dave.Auth(ctx, c.Token(8104, "wss-dave"), "wss-dave", "web", "1.0.0"); err != nil {
+		t.Fatalf("auth over wss: %v", err)
+	}
+	ack, err = alice.Send(ctx, sendTo(8104, "tls-3", text(t, "to wss")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := nextMessage(dave, 10*time.Second); err != nil || m.MsgID != ack.MsgID {
+		t.Fatalf("dave got %+v, %v; want msg %v", m, err, ack.MsgID)
+	}
+	back, err = dave.Send(ctx, sendTo(8101, "wss-1", text(t, "back over wss")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := nextMessage(alice, 10*time.Second); err != nil || m.MsgID != back.MsgID {
+		t.Fatalf("alice got %+v, %v; want msg %v", m, err, back.MsgID)
 	}
 }

@@ -4,11 +4,16 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gobwas/ws"
 
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/tests/framework"
@@ -44,6 +49,10 @@ func startNginxFront(t *testing.T) *nginxFront {
 		"IM_LOG_LEVEL=debug",
 		"IM_GATE_PROXY_PROTOCOL=true",
 		"IM_GATE_PROXY_TRUSTED_CIDRS=127.0.0.1/32",
+		// Nginx's http block proxies WebSocket without a PROXY header
+		// and appends the client to X-Forwarded-For.
+		"IM_GATE_PROXY_PROTOCOL_LISTENERS=tls",
+		"IM_GATE_WS_REAL_IP_HEADER=X-Forwarded-For",
 	}})
 
 	addr := "127.0.0.1:" + strconv.Itoa(framework.FreePort(t))
@@ -71,6 +80,36 @@ func startNginxFront(t *testing.T) *nginxFront {
 	}
 	ngx.Start(conf, addr)
 	return &nginxFront{c: c, ngx: ngx, ca: ca, addr: addr}
+}
+
+// dialWSS opens wss://SPARK_WS_SERVER_NAME/ws through Nginx from the
+// loopback address local, sending header, and returns the WebSocket as a
+// byte stream for the client library and Nginx's certificate serial.
+func (f *nginxFront) dialWSS(ctx context.Context, local string, header http.Header) (net.Conn, int64, error) {
+	d := ws.Dialer{
+		NetDial: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			nd := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
+			return nd.DialContext(ctx, network, f.addr)
+		},
+		TLSConfig: &tls.Config{RootCAs: f.ca.Pool, ServerName: nginxWSName, MinVersion: tls.VersionTLS12},
+		Header:    ws.HandshakeHeaderHTTP(header),
+	}
+	_, port, _ := net.SplitHostPort(f.addr)
+	nc, br, _, err := d.Dial(ctx, "wss://"+nginxWSName+":"+port+"/ws")
+	if err != nil {
+		return nil, 0, err
+	}
+	tc, ok := nc.(*tls.Conn)
+	if !ok {
+		_ = nc.Close()
+		return nil, 0, fmt.Errorf("wss dial returned a %T", nc)
+	}
+	serial := tc.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	var rd io.Reader = nc
+	if br != nil {
+		rd = io.MultiReader(br, nc)
+	}
+	return &wsStream{Conn: nc, rd: rd}, serial, nil
 }
 
 // dialTLS connects to Nginx from the loopback address local and runs a
@@ -176,8 +215,10 @@ func containsAll(s string, parts []string) bool {
 // clients naming the IM name reach a gate with TLS passed through, and
 // the gate and logic see each client's own source address (127.0.0.9,
 // 127.0.0.11: Nginx connects from 127.0.0.1) from the PROXY header Nginx
-// sends; a ClientHello naming another server, or none, is closed by Nginx
-// without reaching any gate.
+// sends; an H5 client opening wss:// on the WebSocket name reaches a gate
+// through Nginx's http block (TLS ended in Nginx) and is known by its own
+// address too, whatever X-Forwarded-For it sends; a ClientHello naming
+// another server, or none, is closed by Nginx without reaching any gate.
 func TestNginxFront(t *testing.T) {
 	f := startNginxFront(t)
 
@@ -216,6 +257,58 @@ func TestNginxFront(t *testing.T) {
 		if !strings.Contains(line, "up="+f.c.Gates[0].TLSAddr) && !strings.Contains(line, "up="+f.c.Gates[1].TLSAddr) {
 			t.Fatalf("nginx sent alice to no gate TLS listener: %s", line)
 		}
+	})
+
+	t.Run("H5 wss through the http block reaches a gate with the client's address", func(t *testing.T) {
+		ctx := ctxT(t, 20*time.Second)
+		// A client claiming another address: Nginx replaces X-Real-IP
+		// and appends the real one to X-Forwarded-For, whose last entry
+		// the gate takes.
+		forged := http.Header{"X-Forwarded-For": {"203.0.113.66"}, "X-Real-Ip": {"203.0.113.66"}}
+		var serial int64
+		carol, err := client.Dial(ctx, f.addr, client.Options{
+			Dial: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				nc, s, err := f.dialWSS(ctx, "127.0.0.9", forged)
+				serial = s
+				return nc, err
+			},
+		})
+		if err != nil {
+			t.Fatalf("wss through nginx: %v", err)
+		}
+		t.Cleanup(func() { _ = carol.Close() })
+		if serial != 42 {
+			t.Fatalf("certificate serial %d, want Nginx's 42 for %s", serial, nginxWSName)
+		}
+		if _, err := carol.Auth(ctx, f.c.Token(8303, "ngx-h5-carol"), "ngx-h5-carol", "web", "1.0.0"); err != nil {
+			t.Fatalf("auth over wss through nginx: %v", err)
+		}
+		if ip := logicSawAuth(t, f.c, "ngx-h5-carol"); ip != "127.0.0.9" {
+			t.Fatalf("logic saw real_ip %q for the H5 client, want 127.0.0.9", ip)
+		}
+		f.waitGateLog(t, `"msg":"authenticated"`, `"device_id":"ngx-h5-carol"`, `"real_ip":"127.0.0.9"`)
+
+		dave := f.loginIM(t, "127.0.0.11", 8304, "ngx-dave")
+		ack, err := carol.Send(ctx, sendTo(8304, "ngx-h5-1", text(t, "from the browser")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := nextMessage(dave, 10*time.Second); err != nil || m.MsgID != ack.MsgID {
+			t.Fatalf("dave got %+v, %v; want msg %v", m, err, ack.MsgID)
+		}
+		back, err := dave.Send(ctx, sendTo(8303, "ngx-h5-2", text(t, "to the browser")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := nextMessage(carol, 10*time.Second); err != nil || m.MsgID != back.MsgID {
+			t.Fatalf("carol got %+v, %v; want msg %v", m, err, back.MsgID)
+		}
+
+		// Nginx logs the upgrade once the WebSocket ends, with the
+		// address it learnt from the stream's PROXY header.
+		_ = carol.Close()
+		f.waitNginxLog(t, "spark-ws.log", "127.0.0.9 ", `"GET /ws HTTP/1.1" 101`)
+		f.waitNginxLog(t, "spark-stream.log", "127.0.0.9 ", `sni="`+nginxWSName+`"`, "status=200", "up=unix:")
 	})
 
 	// Each client would complete its handshake with a gate (it verifies

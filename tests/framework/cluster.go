@@ -37,7 +37,8 @@ type Options struct {
 	// GateEnv, LogicEnv and DeliverEnv are added to that kind only.
 	GateEnv, LogicEnv, DeliverEnv []string
 	// GateTLS, when set, gives every gate a TLS listener (GateProc.TLSAddr)
-	// with this certificate.
+	// and a WebSocket-over-TLS listener (GateProc.WSSAddr) with this
+	// certificate.
 	GateTLS *GateTLS
 }
 
@@ -45,8 +46,9 @@ type Options struct {
 type GateProc struct {
 	*Process
 	ID, TCPAddr, PushAddr, AdminAddr string
-	// TLSAddr is the TLS listener, "" unless Options.GateTLS is set.
-	TLSAddr string
+	// TLSAddr is the TLS listener and WSSAddr the WebSocket-over-TLS
+	// one (wss://WSSAddr/ws), "" unless Options.GateTLS is set.
+	TLSAddr, WSSAddr string
 	// WSAddr is the WebSocket listener (ws://WSAddr/ws); every gate has
 	// one on a free port, so gates never collide on the default.
 	WSAddr string
@@ -151,8 +153,8 @@ deliver:
 			"IM_GATE_WS_ADDR=" + g.WSAddr,
 		}, o.Env...), o.GateEnv...)
 		if o.GateTLS != nil {
-			g.TLSAddr = port()
-			env = append(env, "IM_GATE_TLS_ADDR="+g.TLSAddr,
+			g.TLSAddr, g.WSSAddr = port(), port()
+			env = append(env, "IM_GATE_TLS_ADDR="+g.TLSAddr, "IM_GATE_WSS_ADDR="+g.WSSAddr,
 				"IM_GATE_TLS_CERT_FILE="+o.GateTLS.CertFile, "IM_GATE_TLS_KEY_FILE="+o.GateTLS.KeyFile)
 		}
 		g.Process = NewProcess(t, g.ID, bins.Gate, []string{"-config", c.Config}, env)
