@@ -19,6 +19,7 @@
 package dialog
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -117,6 +118,28 @@ func PreviewText(messageType int, text string) string {
 		n++
 	}
 	return text
+}
+
+// PreviewOf builds the preview of a message from its stored content. Only
+// text-bearing types have their content read; content that is not an
+// object with a string "text" previews as empty rather than failing, since
+// unread and order matter more than the preview.
+func PreviewOf(msgID, senderID int64, messageType int, content []byte) Preview {
+	var text string
+	if _, media := placeholders[messageType]; !media && len(content) > 0 {
+		var c struct {
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(content, &c) == nil {
+			text = c.Text
+		}
+	}
+	return Preview{
+		MsgID:       strconv.FormatInt(msgID, 10),
+		MessageType: messageType,
+		Text:        PreviewText(messageType, text),
+		SenderID:    strconv.FormatInt(senderID, 10),
+	}
 }
 
 // Cursor is a position in a user's change log.

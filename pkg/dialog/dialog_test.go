@@ -147,6 +147,33 @@ func TestPreviewText(t *testing.T) {
 	}
 }
 
+// PreviewOf reads a text-bearing message's "text", shows media as a
+// placeholder without reading it, and previews bad content as empty.
+func TestPreviewOf(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		typ     int
+		content string
+		text    string
+	}{
+		{"text", 1, `{"text":"hello <b>&"}`, "hello <b>&"},
+		{"system text", 9, `{"text":"joined"}`, "joined"},
+		{"image placeholder", 2, `{"url":"http://x/y.png"}`, "[image]"},
+		{"media content never read", 7, `not json`, "[file]"},
+		{"not an object", 1, `1`, ""},
+		{"text not a string", 1, `{"text":5}`, ""},
+		{"no content", 1, ``, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := PreviewOf(77, 5, tc.typ, []byte(tc.content))
+			want := Preview{MsgID: "77", MessageType: tc.typ, Text: tc.text, SenderID: "5"}
+			if p != want {
+				t.Fatalf("got %+v, want %+v", p, want)
+			}
+		})
+	}
+}
+
 // Past MaxApplied recorded ids the state is dropped (the next sync
 // rebuilds it from MySQL) rather than forgetting an id a redelivery could
 // bring back; until then every id counts once.

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -369,33 +368,24 @@ func (f *Fanout) lookup(ctx context.Context, partition int, tasks []task) (map[i
 }
 
 // pushData is what deliver reads of a MESSAGE push's data
-// (protocol.Message): enough for the preview.
+// (protocol.Message) when a job carries no preview.
 type pushData struct {
 	MessageType int             `json:"message_type"`
 	Content     json.RawMessage `json:"content"`
 	CreatedAt   int64           `json:"created_at"`
 }
 
-// preview builds the job's list preview and the message time. Undecodable
-// push data still updates the lists (unread and order matter more than the
-// preview text), with an empty text.
-func (f *Fanout) preview(partition int, job *queuev1.DeliverJob) (dialog.Preview, int64) {
+// preview returns the job's encoded list preview and the message time.
+// Logic puts both in the job; only a job from before the preview field
+// has its push data parsed. Undecodable push data still updates the lists
+// (unread and order matter more than the preview), with an empty text.
+func (f *Fanout) preview(partition int, job *queuev1.DeliverJob) ([]byte, int64, error) {
+	if pj, at := job.GetPreview(), job.GetCreatedAtMs(); len(pj) > 0 && at != 0 {
+		return pj, at, nil
+	}
 	var d pushData
-	// Media previews are placeholders: when the job carries the type and
-	// time, its push data is not read at all.
-	need := job.GetMessageType() == 0 || job.GetCreatedAtMs() == 0 || dialog.PreviewText(int(job.GetMessageType()), "") == ""
-	if need && len(job.GetPushData()) > 0 {
-		if err := json.Unmarshal(job.GetPushData(), &d); err != nil {
-			f.jobLog(partition, job).Warn("push data is not a message, preview without text", zap.Error(err))
-		}
-	}
-	var content struct {
-		Text string `json:"text"`
-	}
-	if len(d.Content) > 0 {
-		// Media content has no text; a content that is not an object is
-		// shown as empty rather than failing the job.
-		_ = json.Unmarshal(d.Content, &content)
+	if err := json.Unmarshal(job.GetPushData(), &d); err != nil {
+		f.jobLog(partition, job).Warn("push data is not a message, preview without text", zap.Error(err))
 	}
 	mt := int(job.GetMessageType())
 	if mt == 0 {
@@ -405,12 +395,8 @@ func (f *Fanout) preview(partition int, job *queuev1.DeliverJob) (dialog.Preview
 	if at == 0 {
 		at = d.CreatedAt
 	}
-	return dialog.Preview{
-		MsgID:       strconv.FormatInt(job.GetMsgId(), 10),
-		MessageType: mt,
-		Text:        dialog.PreviewText(mt, content.Text),
-		SenderID:    strconv.FormatInt(job.GetSenderId(), 10),
-	}, at
+	pj, err := dialog.EncodePreview(dialog.PreviewOf(job.GetMsgId(), job.GetSenderId(), mt, d.Content))
+	return pj, at, err
 }
 
 // listUpdate is one dialog.ApplyMessage of a batch.
@@ -436,8 +422,7 @@ func (f *Fanout) applyLists(ctx context.Context, partition int, tasks []task) er
 		if len(uids) == 0 {
 			continue
 		}
-		p, at := f.preview(partition, t.job)
-		pj, err := dialog.EncodePreview(p)
+		pj, at, err := f.preview(partition, t.job)
 		if err != nil {
 			return fmt.Errorf("fanout: update conversation lists: %w", err)
 		}

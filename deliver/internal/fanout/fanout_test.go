@@ -367,6 +367,17 @@ func TestMessageUpdatesLists(t *testing.T) {
 	if peer, _ = loadState(t, rdb, 2, cid); peer.Unread != 5 || peer.LastMsgID != 82 {
 		t.Fatalf("state after undecodable push data %+v", peer)
 	}
+	// A job carrying logic's preview is stored as it is: its push data is
+	// not read (here it could not be).
+	carried := messageJob(83, cid, `1`)
+	carried.PushData = []byte(`not json`)
+	carried.Preview, _ = dialog.EncodePreview(dialog.Preview{MsgID: "83", MessageType: 1, Text: "from logic", SenderID: "1"})
+	if err := f.Process(ctx, cid, carried); err != nil {
+		t.Fatal(err)
+	}
+	if peer, _ = loadState(t, rdb, 2, cid); peer.Unread != 6 || peer.LastMsgID != 83 || peer.Preview.Text != "from logic" {
+		t.Fatalf("state after a job with its preview %+v preview %+v", peer, peer.Preview)
+	}
 
 	// A completed job (done marker) is skipped entirely: no list change.
 	if err := rdb.Set(ctx, rediskey.DeliverDone(cid, 90), 1, time.Minute).Err(); err != nil {
@@ -376,7 +387,7 @@ func TestMessageUpdatesLists(t *testing.T) {
 	if err := f.Process(ctx, cid, messageJob(90, cid, `{"text":"x"}`)); err != nil {
 		t.Fatal(err)
 	}
-	if peer, _ = loadState(t, rdb, 2, cid); peer.Unread != 5 || version(t, rdb, 2, cid) != before {
+	if peer, _ = loadState(t, rdb, 2, cid); peer.Unread != 6 || version(t, rdb, 2, cid) != before {
 		t.Fatalf("done job changed the list: %+v", peer)
 	}
 }

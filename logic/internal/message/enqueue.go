@@ -10,6 +10,7 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/failpoint"
 	"github.com/sparkim/spark/pkg/jsonid"
@@ -22,7 +23,8 @@ import (
 const enqueueAttemptTimeout = time.Second
 
 // Job builds the deliver job of a committed message of conv: the push
-// data is encoded here once for every recipient, and the recipients are
+// data and the list preview are encoded here once for every recipient
+// (deliver parses neither), and the recipients are
 // listed when the conversation knows them (P2P); deliver expands a group's
 // members itself.
 func Job(row store.Message, conv conversation.Conversation, flags Flags, now time.Time) (*queuev1.DeliverJob, error) {
@@ -36,6 +38,10 @@ func Job(row store.Message, conv conversation.Conversation, flags Flags, now tim
 		Content:          json.RawMessage(row.Content),
 		CreatedAt:        row.CreatedAt.UnixMilli(),
 	})
+	if err != nil {
+		return nil, err
+	}
+	preview, err := dialog.EncodePreview(dialog.PreviewOf(row.ID, row.SenderID, row.MessageType, []byte(row.Content)))
 	if err != nil {
 		return nil, err
 	}
@@ -54,6 +60,7 @@ func Job(row store.Message, conv conversation.Conversation, flags Flags, now tim
 		MemberVersion:    conv.MemberVersion,
 		NoUnread:         flags.NoUnread,
 		NoOfflinePush:    flags.NoOfflinePush,
+		Preview:          preview,
 	}, nil
 }
 

@@ -116,8 +116,13 @@ type DeliverJob struct {
 	// a group recall, whose members are too many for the request's
 	// transaction.
 	MailboxEventType int32 `protobuf:"varint,16,opt,name=mailbox_event_type,json=mailboxEventType,proto3" json:"mailbox_event_type,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// preview, on a MESSAGE job, is the conversation-list preview as deliver
+	// stores it (dialog.EncodePreview), built by logic, which has the
+	// content at hand, so deliver never parses push_data. Empty on jobs
+	// written before it existed; deliver then builds it from push_data.
+	Preview       []byte `protobuf:"bytes,17,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeliverJob) Reset() {
@@ -262,11 +267,18 @@ func (x *DeliverJob) GetMailboxEventType() int32 {
 	return 0
 }
 
+func (x *DeliverJob) GetPreview() []byte {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
 var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xc0\x04\n" +
+	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xda\x04\n" +
 	"\n" +
 	"DeliverJob\x12%\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x11.queue.v1.JobKindR\x04kind\x12\x15\n" +
@@ -287,7 +299,8 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\x0emember_version\x18\r \x01(\x03R\rmemberVersion\x12\x1b\n" +
 	"\tno_unread\x18\x0e \x01(\bR\bnoUnread\x12&\n" +
 	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush\x12,\n" +
-	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType*N\n" +
+	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType\x12\x18\n" +
+	"\apreview\x18\x11 \x01(\fR\apreview*N\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_KIND_MESSAGE\x10\x01\x12\x13\n" +
