@@ -75,10 +75,12 @@ type Options struct {
 	ExtraEnv []string
 }
 
-// Gate is a gate process with its addresses.
+// Gate is a gate process with its addresses: TCPAddr plain TCP, TLSAddr
+// the TLS listener (the run's own certificate, Cluster.CertPEM), WSAddr
+// the WebSocket listener (ws://WSAddr/ws).
 type Gate struct {
 	*Proc
-	ID, TCPAddr, PushAddr, AdminAddr string
+	ID, TCPAddr, TLSAddr, WSAddr, PushAddr, AdminAddr string
 }
 
 // Cluster is the running system.
@@ -89,6 +91,9 @@ type Cluster struct {
 	RedisAddr string
 	redisProc *exec.Cmd
 	JWTSecret string
+	// CertPEM is the self-signed certificate every gate's TLS listener
+	// serves, generated for this run; TLS clients trust exactly it.
+	CertPEM []byte
 	// APIKey is the business API key logic accepts in "x-api-key" (the
 	// group scenario creates users and groups through logic.v1.Api).
 	APIKey    string
@@ -154,6 +159,11 @@ logic:
 		c.Close()
 		return nil, err
 	}
+	certFile, keyFile := filepath.Join(o.Dir, "gate-cert.pem"), filepath.Join(o.Dir, "gate-key.pem")
+	if c.CertPEM, err = writeCert(certFile, keyFile); err != nil {
+		c.Close()
+		return nil, err
+	}
 	port := func() string { p, _ := FreePort(); return "127.0.0.1:" + strconv.Itoa(p) }
 	common := append([]string{
 		"IM_LOGIC_MYSQL_DSN=" + c.DSN, "IM_LOGIC_REDIS_ADDR=" + c.RedisAddr, "IM_DELIVER_REDIS_ADDR=" + c.RedisAddr,
@@ -166,13 +176,16 @@ logic:
 		LogPath: filepath.Join(o.Dir, "deliver.log"),
 		Env:     append([]string{"IM_DELIVER_ID=bench-deliver-1", "IM_DELIVER_ADMIN_ADDR=" + c.DeliverAdmin, "IM_DELIVER_LOGIC_ADDRS=" + c.LogicAddr}, common...)}
 	for i := 0; i < o.Gates; i++ {
-		g := &Gate{ID: fmt.Sprintf("bench-gate-%d", i+1), TCPAddr: port(), PushAddr: port(), AdminAddr: port()}
+		g := &Gate{ID: fmt.Sprintf("bench-gate-%d", i+1), TCPAddr: port(), TLSAddr: port(), WSAddr: port(), PushAddr: port(), AdminAddr: port()}
 		g.Proc = &Proc{Name: g.ID, Bin: filepath.Join(o.Root, "bin/gate"), Args: []string{"-config", c.configPath},
 			LogPath: filepath.Join(o.Dir, g.ID+".log"),
-			// Every listener on a free port: the WebSocket default would
-			// collide between the gates.
+			// Every listener on a free port: the TLS and WebSocket defaults
+			// would collide between the gates. TLS is on in every run (the
+			// conn scenario's tls variant connects to it); idle, it costs
+			// a listener and a stat of the files every few seconds.
 			Env: append([]string{"IM_GATE_ID=" + g.ID, "IM_GATE_TCP_ADDR=" + g.TCPAddr, "IM_GATE_PUSH_ADDR=" + g.PushAddr,
-				"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_WS_ADDR=" + port(), "IM_GATE_LOGIC_ADDRS=" + c.LogicAddr}, common...)}
+				"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_WS_ADDR=" + g.WSAddr, "IM_GATE_LOGIC_ADDRS=" + c.LogicAddr,
+				"IM_GATE_TLS_ADDR=" + g.TLSAddr, "IM_GATE_TLS_CERT_FILE=" + certFile, "IM_GATE_TLS_KEY_FILE=" + keyFile}, common...)}
 		c.Gates = append(c.Gates, g)
 	}
 	for _, p := range c.procs() {

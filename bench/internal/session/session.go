@@ -183,15 +183,21 @@ func (s *Session) Close() {
 	}
 }
 
-// Connect dials remote from local and authenticates with token; it returns
-// how long dial+AUTH took.
+// Connect dials remote from local over plain TCP and authenticates with
+// token; it returns how long dial+AUTH took.
 func (s *Session) Connect(ctx context.Context, e *wire.Engine, local netip.Addr, remote netip.AddrPort, token string) (time.Duration, error) {
+	return s.ConnectVia(ctx, e, local, remote, wire.Carrier{}, token)
+}
+
+// ConnectVia is Connect over carrier (TLS, WebSocket); the time returned
+// includes its handshakes.
+func (s *Session) ConnectVia(ctx context.Context, e *wire.Engine, local netip.Addr, remote netip.AddrPort, carrier wire.Carrier, token string) (time.Duration, error) {
 	start := time.Now()
 	s.mu.Lock()
 	s.closed = false
 	s.pending = map[uint64]call{}
 	s.mu.Unlock()
-	c, err := e.Dial(ctx, local, remote, s)
+	c, err := e.DialCarrier(ctx, local, remote, carrier, s)
 	if err != nil {
 		return 0, err
 	}

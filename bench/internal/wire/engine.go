@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"sync"
 	"time"
@@ -34,8 +35,11 @@ type Engine struct {
 	loops []*loop
 	mu    sync.Mutex
 	next  int
-	done  chan struct{}
-	wg    sync.WaitGroup
+	// streams are the open goroutine connections (DialCarrier: TLS,
+	// WebSocket), which no loop owns; under mu.
+	streams map[*Conn]struct{}
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 type loop struct {
@@ -45,12 +49,17 @@ type loop struct {
 	scratch []byte
 }
 
-// Conn is one client socket.
+// Conn is one client socket: a loop's (fd, l) or, for TLS and WebSocket,
+// a goroutine's (nc, e).
 type Conn struct {
 	fd      int
 	l       *loop
 	h       Handler
 	partial []byte // bytes of an incomplete frame, loop goroutine only
+
+	nc net.Conn // a DialCarrier connection, read by its own goroutine
+	ws bool     // nc carries one frame per WebSocket binary message
+	e  *Engine
 
 	wmu     sync.Mutex
 	pending []byte // bytes a full socket did not take yet
@@ -98,6 +107,15 @@ func (e *Engine) Close() {
 			c.closeWith(ErrClosed, false)
 		}
 	}
+	e.mu.Lock()
+	ss := make([]*Conn, 0, len(e.streams))
+	for c := range e.streams {
+		ss = append(ss, c)
+	}
+	e.mu.Unlock()
+	for _, c := range ss {
+		c.closeWith(ErrClosed, false)
+	}
 	e.wg.Wait()
 	for _, l := range e.loops {
 		_ = unix.Close(l.epfd)
@@ -106,7 +124,9 @@ func (e *Engine) Close() {
 
 // Count is the number of open connections.
 func (e *Engine) Count() int {
-	n := 0
+	e.mu.Lock()
+	n := len(e.streams)
+	e.mu.Unlock()
 	for _, l := range e.loops {
 		l.mu.Lock()
 		n += len(l.conns)
@@ -198,6 +218,12 @@ func (e *Engine) Dial(ctx context.Context, local netip.Addr, remote netip.AddrPo
 
 // LocalPort returns the connection's source port (0 if unknown).
 func (c *Conn) LocalPort() int {
+	if c.nc != nil {
+		if a, ok := c.nc.LocalAddr().(*net.TCPAddr); ok {
+			return a.Port
+		}
+		return 0
+	}
 	sa, err := unix.Getsockname(c.fd)
 	if err != nil {
 		return 0
@@ -209,12 +235,17 @@ func (c *Conn) LocalPort() int {
 }
 
 // Write sends b (one or more whole frames). What the socket does not take
-// at once is queued and flushed by the loop, so Write never blocks.
+// at once is queued and flushed by the loop, so Write never blocks; on a
+// TLS or WebSocket connection it writes through (a few bytes to a socket
+// with room, in practice never blocking either).
 func (c *Conn) Write(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.closed {
 		return ErrClosed
+	}
+	if c.nc != nil {
+		return c.writeStream(b)
 	}
 	if len(c.pending) > 0 {
 		c.pending = append(c.pending, b...)
@@ -250,11 +281,19 @@ func (c *Conn) closeWith(err error, notify bool) {
 		return
 	}
 	c.closed = true
-	c.l.mu.Lock()
-	delete(c.l.conns, int32(c.fd))
-	c.l.mu.Unlock()
-	_ = unix.EpollCtl(c.l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
-	_ = unix.Close(c.fd)
+	if c.nc != nil {
+		c.e.mu.Lock()
+		delete(c.e.streams, c)
+		c.e.mu.Unlock()
+		// Unblocks the connection's reader, which then finds it closed.
+		_ = c.nc.Close()
+	} else {
+		c.l.mu.Lock()
+		delete(c.l.conns, int32(c.fd))
+		c.l.mu.Unlock()
+		_ = unix.EpollCtl(c.l.epfd, unix.EPOLL_CTL_DEL, c.fd, nil)
+		_ = unix.Close(c.fd)
+	}
 	c.pending = nil
 	c.wmu.Unlock()
 	if notify {
