@@ -3,6 +3,8 @@ package scenario
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sparkim/spark/bench/internal/hist"
@@ -27,10 +30,45 @@ import (
 // Conn holds N idle authenticated connections over every gate, spread over
 // worker processes (the open-file limit is per process), and measures gate
 // memory per connection, the connect+AUTH rate and HEARTBEAT round trips.
-type Conn struct{}
+// Variant picks the gates' listener: "" plain TCP (Profile.ConnN
+// connections), "tls" the TLS listener, "ws" the WebSocket one
+// (Profile.ConnVariantN connections each); each variant has its own
+// memory target.
+type Conn struct {
+	Variant string
+}
 
 // Name implements Scenario.
-func (Conn) Name() string { return "conn" }
+func (c Conn) Name() string {
+	if c.Variant == "" {
+		return "conn"
+	}
+	return "conn-" + c.Variant
+}
+
+// Variant targets, KiB of gate RSS per idle authenticated connection: plain
+// TCP issue 9's, TLS and WebSocket issue 10's.
+var connTargetKiB = map[string]float64{"": 6, "tls": 16, "ws": 8}
+
+// carrier is how a worker reaches the gates for a variant; caPEM is the
+// gates' certificate (TLS only).
+func carrier(variant, caPEM string) (wire.Carrier, error) {
+	switch variant {
+	case "", "tcp":
+		return wire.Carrier{}, nil
+	case "tls":
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM([]byte(caPEM)) {
+			return wire.Carrier{}, fmt.Errorf("scenario: conn-tls: no certificate to trust")
+		}
+		// Client sessions are not cached: each connection is a full
+		// handshake, as many devices connecting once each would be.
+		return wire.Carrier{TLS: &tls.Config{RootCAs: pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}}, nil
+	case "ws":
+		return wire.Carrier{WSPath: "/ws"}, nil
+	}
+	return wire.Carrier{}, fmt.Errorf("scenario: unknown conn variant %q", variant)
+}
 
 // ConnJob is what the parent tells a conn worker (first stdin line).
 type ConnJob struct {
@@ -41,6 +79,10 @@ type ConnJob struct {
 	Conc       int           `json:"conc"`
 	HBInterval time.Duration `json:"hb_interval"`
 	HBDuration time.Duration `json:"hb_duration"`
+	// Variant is Conn.Variant; CACert the PEM certificate a "tls" worker
+	// trusts (the gates' own, generated for the run).
+	Variant string `json:"variant,omitempty"`
+	CACert  string `json:"ca_cert,omitempty"`
 }
 
 // WorkerMsg is one stdout line of a conn worker.
@@ -76,6 +118,10 @@ func ConnWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 		return fmt.Errorf("scenario: worker job: %w", err)
 	}
 	secret := []byte(os.Getenv(JWTEnv))
+	via, err := carrier(job.Variant, job.CACert)
+	if err != nil {
+		return err
+	}
 	eng, err := wire.New(2)
 	if err != nil {
 		return err
@@ -118,7 +164,7 @@ func ConnWorker(ctx context.Context, in io.Reader, out io.Writer) error {
 				if err == nil {
 					cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 					var d time.Duration
-					d, err = s.Connect(cctx, eng, netip.MustParseAddr(job.Locals[g%len(job.Locals)]), netip.MustParseAddrPort(job.Gates[g%len(job.Gates)]), tok)
+					d, err = s.ConnectVia(cctx, eng, netip.MustParseAddr(job.Locals[g%len(job.Locals)]), netip.MustParseAddrPort(job.Gates[g%len(job.Gates)]), via, tok)
 					cancel()
 					hmu.Lock()
 					if err == nil {
@@ -280,14 +326,36 @@ func (e *Env) gatesRSS() (int64, map[string]int64) {
 }
 
 // Run implements Scenario.
-func (Conn) Run(ctx context.Context, e *Env) (*Result, error) {
+func (c Conn) Run(ctx context.Context, e *Env) (*Result, error) {
 	p := e.Profile
-	res := &Result{Scenario: "conn", Data: map[string]any{}}
-	users := e.Users(p.ConnN)
+	res := &Result{Scenario: c.Name(), Data: map[string]any{}}
+	want := p.ConnN
 	var gates, locals []string
 	for _, g := range e.C.Gates {
-		gates = append(gates, g.TCPAddr)
+		switch c.Variant {
+		case "tls":
+			gates = append(gates, g.TLSAddr)
+		case "ws":
+			gates = append(gates, g.WSAddr)
+		default:
+			gates = append(gates, g.TCPAddr)
+		}
 	}
+	if c.Variant != "" {
+		want = p.ConnVariantN
+		// A gate that held connections before keeps their freed heap
+		// (the runtime returns it to the OS slowly) and would grow into it
+		// instead of the RSS this variant's connections cost: every
+		// variant starts on gates as fresh as plain conn's, which runs
+		// first.
+		for i := range e.C.Gates {
+			if err := e.C.RestartGate(ctx, i, syscall.SIGTERM, nil); err != nil {
+				return res, fmt.Errorf("scenario: %s: %w", c.Name(), err)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+	users := e.Users(want)
 	for _, l := range e.Locals {
 		locals = append(locals, l.String())
 	}
@@ -302,7 +370,8 @@ func (Conn) Run(ctx context.Context, e *Env) (*Result, error) {
 	for off := 0; off < len(users); off += p.ConnPerWorker {
 		end := min(off+p.ConnPerWorker, len(users))
 		w, err := e.startWorker(ctx, ConnJob{Gates: gates, Locals: locals, Users: users[off:end], Offset: off,
-			Conc: max(1, p.ConnectWorkers/max(1, (len(users)+p.ConnPerWorker-1)/p.ConnPerWorker)), HBInterval: p.HBInterval, HBDuration: p.HBDuration})
+			Conc: max(1, p.ConnectWorkers/max(1, (len(users)+p.ConnPerWorker-1)/p.ConnPerWorker)), HBInterval: p.HBInterval, HBDuration: p.HBDuration,
+			Variant: c.Variant, CACert: string(e.C.CertPEM)})
 		if err != nil {
 			return res, err
 		}
@@ -383,8 +452,12 @@ func (Conn) Run(ctx context.Context, e *Env) (*Result, error) {
 	n := float64(max(connected, 1))
 	kibConn := float64(afterConn-before) / n / 1024
 	kibHB := float64(afterHB-before) / n / 1024
-	res.atLeast("connections held", float64(connected), "", 50000)
-	res.atMost("gate RSS per connection (heartbeating)", kibHB, "KiB", 6)
+	if c.Variant == "" {
+		res.atLeast("connections held", float64(connected), "", 50000)
+	} else {
+		res.headline("connections held", float64(connected), "")
+	}
+	res.atMost("gate RSS per connection (heartbeating)", kibHB, "KiB", connTargetKiB[c.Variant])
 	res.add("gate RSS per connection (idle, after connect)", kibConn, "KiB")
 	res.add("connect+AUTH rate", float64(connected)/slowest, "conn/s")
 	cs := connectH.Summarize()
@@ -394,13 +467,20 @@ func (Conn) Run(ctx context.Context, e *Env) (*Result, error) {
 	res.add("HEARTBEAT p50", hs.P50Ms, "ms")
 	res.add("HEARTBEAT p99", hs.P99Ms, "ms")
 	res.add("HEARTBEAT sent", float64(hbSent), "")
-	res.Passed = connected == p.ConnN && hbTimeout == 0 && closed == 0 && uint64(hbSent) == hb.Count()
+	res.Passed = connected == want && hbTimeout == 0 && closed == 0 && uint64(hbSent) == hb.Count()
 	if !res.Passed {
 		res.note("connected %d of %d, heartbeats sent %d answered %d timed out %d, connections closed %d; errors %v",
-			connected, p.ConnN, hbSent, hb.Count(), hbTimeout, closed, errs)
+			connected, want, hbSent, hb.Count(), hbTimeout, closed, errs)
 	}
-	if p.ConnN < 50000 {
-		res.note("this profile holds %d connections; the 50,000 target is measured by the long profile", p.ConnN)
+	switch c.Variant {
+	case "":
+		if p.ConnN < 50000 {
+			res.note("this profile holds %d connections; the 50,000 target is measured by the long profile", p.ConnN)
+		}
+	case "tls":
+		res.note("over each gate's TLS listener (TLS 1.3, the run's self-signed ECDSA P-256 certificate, a full handshake per connection, counted in connect+AUTH); the gates were restarted first so the RSS baseline holds no earlier connections' heap")
+	case "ws":
+		res.note("over each gate's WebSocket listener (ws://…/ws, one frame per binary message, no compression); the gates were restarted first so the RSS baseline holds no earlier connections' heap")
 	}
 	res.Data["rss_before"] = beforePer
 	res.Data["rss_after_connect"] = afterConnPer
@@ -408,7 +488,7 @@ func (Conn) Run(ctx context.Context, e *Env) (*Result, error) {
 	res.Data["connect"] = cs
 	res.Data["heartbeat"] = hs
 	res.Data["errors"] = errs
-	file := "conn_memory.png"
+	file := strings.ReplaceAll(c.Name(), "-", "_") + "_memory.png"
 	var kx, ky []float64
 	for i := range sx {
 		if sx[i] > 500 {
@@ -416,11 +496,11 @@ func (Conn) Run(ctx context.Context, e *Env) (*Result, error) {
 			ky = append(ky, sy[i]*1024/sx[i])
 		}
 	}
-	if err := plots.Lines(filepath.Join(e.OutDir, file), "Gate memory while connecting", "connections established", "RSS growth (MiB) / KiB per connection", false,
+	if err := plots.Lines(filepath.Join(e.OutDir, file), "Gate memory while connecting ("+c.Name()+")", "connections established", "RSS growth (MiB) / KiB per connection", false,
 		[]plots.Line{{Name: "RSS growth, all gates (MiB)", X: sx, Y: sy}, {Name: "KiB per connection", X: kx, Y: ky}}); err != nil {
 		res.note("plot: %v", err)
 	} else {
-		res.Plots = append(res.Plots, Plot{Title: "Gate memory per connection", File: file})
+		res.Plots = append(res.Plots, Plot{Title: "Gate memory per connection (" + c.Name() + ")", File: file})
 	}
 	return res, nil
 }

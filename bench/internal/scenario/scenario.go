@@ -34,7 +34,7 @@ type Scenario interface {
 // fraction of the rate p2p achieved; group after both, beside whose
 // SEND_ACK it reports its own. A new scenario is one more entry.
 func List() []Scenario {
-	return []Scenario{Conn{}, Ceiling{}, P2P{}, P2P{Label: "p2p-steady", Steady: true}, Group{}, Stall{}, Sync{}, Reconnect{}}
+	return []Scenario{Conn{}, Conn{Variant: "tls"}, Conn{Variant: "ws"}, Ceiling{}, P2P{}, P2P{Label: "p2p-steady", Steady: true}, Group{}, Stall{}, Sync{}, Reconnect{}}
 }
 
 // Profile sizes every scenario.
@@ -46,6 +46,11 @@ type Profile struct {
 	HBInterval     time.Duration `json:"hb_interval"`
 	HBDuration     time.Duration `json:"hb_duration"`
 	ConnectWorkers int           `json:"connect_workers"`
+	// ConnVariantN is the connections of conn-tls and conn-ws: their
+	// targets are per connection, not a count, and their clients hold a
+	// goroutine and crypto/tls state each in imbench, so the long
+	// profile holds fewer than the plain 50,000.
+	ConnVariantN int `json:"conn_variant_n"`
 	// p2p
 	P2PUsers    int           `json:"p2p_users"`
 	P2PRate     int           `json:"p2p_rate"`
@@ -75,17 +80,17 @@ type Profile struct {
 // figures the targets are stated at; tiny for development.
 func Profiles() map[string]Profile {
 	return map[string]Profile{
-		"tiny": {Name: "tiny", ConnN: 600, ConnPerWorker: 300, HBInterval: time.Second, HBDuration: 3 * time.Second, ConnectWorkers: 64,
+		"tiny": {Name: "tiny", ConnN: 600, ConnVariantN: 600, ConnPerWorker: 300, HBInterval: time.Second, HBDuration: 3 * time.Second, ConnectWorkers: 64,
 			P2PUsers: 40, P2PRate: 300, P2PDuration: 5 * time.Second, P2PWindow: 16, Grace: 10 * time.Second, P2PSteadyDuration: 4 * time.Second, P2PSteadyFraction: 0.6,
 			ReconnectN: 200, StallConns: 200, StallDuration: 9 * time.Second, SyncMessages: 200, SyncConvs: 5, CeilingDuration: 3 * time.Second,
 			GroupSizes: []GroupSize{{Members: 20, Messages: 10, Interval: 100 * time.Millisecond}, {Members: 200, Messages: 10, Interval: 200 * time.Millisecond}}, GroupSenders: 2},
-		"short": {Name: "short", ConnN: 10000, ConnPerWorker: 5000, HBInterval: 5 * time.Second, HBDuration: 10 * time.Second, ConnectWorkers: 128,
+		"short": {Name: "short", ConnN: 10000, ConnVariantN: 10000, ConnPerWorker: 5000, HBInterval: 5 * time.Second, HBDuration: 10 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 200, P2PRate: 3000, P2PDuration: 60 * time.Second, P2PWindow: 2, Grace: 15 * time.Second,
 			P2PSteadyDuration: 20 * time.Second, P2PSteadyFraction: 0.6,
 			ReconnectN: 2000, StallConns: 1000, StallDuration: 20 * time.Second, SyncMessages: 2000, SyncConvs: 20, CeilingDuration: 15 * time.Second,
 			GroupSizes: []GroupSize{{Members: 100, Messages: 100, Interval: 100 * time.Millisecond}, {Members: 1000, Messages: 50, Interval: 200 * time.Millisecond},
 				{Members: 10000, Messages: 10, Interval: 3 * time.Second}}, GroupSenders: 4},
-		"long": {Name: "long", ConnN: 50000, ConnPerWorker: 15000, HBInterval: 10 * time.Second, HBDuration: 30 * time.Second, ConnectWorkers: 128,
+		"long": {Name: "long", ConnN: 50000, ConnVariantN: 20000, ConnPerWorker: 15000, HBInterval: 10 * time.Second, HBDuration: 30 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 1000, P2PRate: 5000, P2PDuration: 5 * time.Minute, P2PWindow: 2, Grace: 30 * time.Second,
 			P2PSteadyDuration: time.Minute, P2PSteadyFraction: 0.6,
 			ReconnectN: 10000, StallConns: 2000, StallDuration: 30 * time.Second, SyncMessages: 10000, SyncConvs: 50, CeilingDuration: 30 * time.Second,
