@@ -103,6 +103,8 @@ func (x *Session) GetSinceMs() int64 {
 }
 
 // GateFrame is one message from a gate; the first one on a stream is Hello.
+// A lone Request or Closed travels as itself; several queued at once travel
+// as one Batch (only after logic's Welcome said it reads them).
 type GateFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
@@ -111,6 +113,7 @@ type GateFrame struct {
 	//	*GateFrame_Request
 	//	*GateFrame_Closed
 	//	*GateFrame_Rebind
+	//	*GateFrame_Batch
 	Kind          isGateFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -189,6 +192,15 @@ func (x *GateFrame) GetRebind() *Rebind {
 	return nil
 }
 
+func (x *GateFrame) GetBatch() *GateBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*GateFrame_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
 type isGateFrame_Kind interface {
 	isGateFrame_Kind()
 }
@@ -209,6 +221,10 @@ type GateFrame_Rebind struct {
 	Rebind *Rebind `protobuf:"bytes,4,opt,name=rebind,proto3,oneof"`
 }
 
+type GateFrame_Batch struct {
+	Batch *GateBatch `protobuf:"bytes,5,opt,name=batch,proto3,oneof"`
+}
+
 func (*GateFrame_Hello) isGateFrame_Kind() {}
 
 func (*GateFrame_Request) isGateFrame_Kind() {}
@@ -217,6 +233,138 @@ func (*GateFrame_Closed) isGateFrame_Kind() {}
 
 func (*GateFrame_Rebind) isGateFrame_Kind() {}
 
+func (*GateFrame_Batch) isGateFrame_Kind() {}
+
+// GateBatch is several Requests and Closed events in the order the gate
+// queued them; logic handles them exactly as if each came in its own frame,
+// in this order.
+type GateBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Events        []*GateEvent           `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GateBatch) Reset() {
+	*x = GateBatch{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GateBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GateBatch) ProtoMessage() {}
+
+func (x *GateBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GateBatch.ProtoReflect.Descriptor instead.
+func (*GateBatch) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GateBatch) GetEvents() []*GateEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// GateEvent is one entry of a GateBatch.
+type GateEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Kind:
+	//
+	//	*GateEvent_Request
+	//	*GateEvent_Closed
+	Kind          isGateEvent_Kind `protobuf_oneof:"kind"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GateEvent) Reset() {
+	*x = GateEvent{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GateEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GateEvent) ProtoMessage() {}
+
+func (x *GateEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GateEvent.ProtoReflect.Descriptor instead.
+func (*GateEvent) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GateEvent) GetKind() isGateEvent_Kind {
+	if x != nil {
+		return x.Kind
+	}
+	return nil
+}
+
+func (x *GateEvent) GetRequest() *Request {
+	if x != nil {
+		if x, ok := x.Kind.(*GateEvent_Request); ok {
+			return x.Request
+		}
+	}
+	return nil
+}
+
+func (x *GateEvent) GetClosed() *Closed {
+	if x != nil {
+		if x, ok := x.Kind.(*GateEvent_Closed); ok {
+			return x.Closed
+		}
+	}
+	return nil
+}
+
+type isGateEvent_Kind interface {
+	isGateEvent_Kind()
+}
+
+type GateEvent_Request struct {
+	Request *Request `protobuf:"bytes,1,opt,name=request,proto3,oneof"`
+}
+
+type GateEvent_Closed struct {
+	Closed *Closed `protobuf:"bytes,2,opt,name=closed,proto3,oneof"`
+}
+
+func (*GateEvent_Request) isGateEvent_Kind() {}
+
+func (*GateEvent_Closed) isGateEvent_Kind() {}
+
 // Hello introduces the gate: its unique id and the address of its Push server.
 type Hello struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
@@ -224,14 +372,19 @@ type Hello struct {
 	PushAddr string                 `protobuf:"bytes,2,opt,name=push_addr,json=pushAddr,proto3" json:"push_addr,omitempty"`
 	// client_addrs are the addresses clients connect to ("tcp://host:port",
 	// "tls://host:port"), listed by the business API's ListGates.
-	ClientAddrs   []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
+	ClientAddrs []string `protobuf:"bytes,3,rep,name=client_addrs,json=clientAddrs,proto3" json:"client_addrs,omitempty"`
+	// batches says this gate reads LogicBatch frames and sends GateBatch
+	// frames once logic's Welcome says it reads them too. A gate or logic of
+	// an older version neither sets nor reads it and gets one Request or
+	// Response per frame, so either side can be upgraded first.
+	Batches       bool `protobuf:"varint,4,opt,name=batches,proto3" json:"batches,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Hello) Reset() {
 	*x = Hello{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[2]
+	mi := &file_logic_v1_gateway_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -243,7 +396,7 @@ func (x *Hello) String() string {
 func (*Hello) ProtoMessage() {}
 
 func (x *Hello) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[2]
+	mi := &file_logic_v1_gateway_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -256,7 +409,7 @@ func (x *Hello) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Hello.ProtoReflect.Descriptor instead.
 func (*Hello) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{2}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Hello) GetGateId() string {
@@ -280,6 +433,13 @@ func (x *Hello) GetClientAddrs() []string {
 	return nil
 }
 
+func (x *Hello) GetBatches() bool {
+	if x != nil {
+		return x.Batches
+	}
+	return false
+}
+
 // Request is one client frame. session is unset before AUTH succeeded.
 type Request struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
@@ -297,7 +457,7 @@ type Request struct {
 
 func (x *Request) Reset() {
 	*x = Request{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[3]
+	mi := &file_logic_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -309,7 +469,7 @@ func (x *Request) String() string {
 func (*Request) ProtoMessage() {}
 
 func (x *Request) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[3]
+	mi := &file_logic_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -322,7 +482,7 @@ func (x *Request) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Request.ProtoReflect.Descriptor instead.
 func (*Request) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Request) GetConnId() uint64 {
@@ -386,7 +546,7 @@ type Closed struct {
 
 func (x *Closed) Reset() {
 	*x = Closed{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[4]
+	mi := &file_logic_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -398,7 +558,7 @@ func (x *Closed) String() string {
 func (*Closed) ProtoMessage() {}
 
 func (x *Closed) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[4]
+	mi := &file_logic_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -411,7 +571,7 @@ func (x *Closed) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Closed.ProtoReflect.Descriptor instead.
 func (*Closed) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Closed) GetConnId() uint64 {
@@ -447,7 +607,7 @@ type Rebind struct {
 
 func (x *Rebind) Reset() {
 	*x = Rebind{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[5]
+	mi := &file_logic_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -459,7 +619,7 @@ func (x *Rebind) String() string {
 func (*Rebind) ProtoMessage() {}
 
 func (x *Rebind) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[5]
+	mi := &file_logic_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -472,7 +632,7 @@ func (x *Rebind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rebind.ProtoReflect.Descriptor instead.
 func (*Rebind) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Rebind) GetBindings() []*Binding {
@@ -493,7 +653,7 @@ type Binding struct {
 
 func (x *Binding) Reset() {
 	*x = Binding{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[6]
+	mi := &file_logic_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -505,7 +665,7 @@ func (x *Binding) String() string {
 func (*Binding) ProtoMessage() {}
 
 func (x *Binding) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[6]
+	mi := &file_logic_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -518,7 +678,7 @@ func (x *Binding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Binding.ProtoReflect.Descriptor instead.
 func (*Binding) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Binding) GetConnId() uint64 {
@@ -535,13 +695,17 @@ func (x *Binding) GetSession() *Session {
 	return nil
 }
 
-// LogicFrame is one message from logic to a gate.
+// LogicFrame is one message from logic to a gate. A lone Response travels
+// as itself; several queued at once travel as one Batch (only when the
+// gate's Hello set batches).
 type LogicFrame struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Kind:
 	//
 	//	*LogicFrame_Response
 	//	*LogicFrame_Resync
+	//	*LogicFrame_Batch
+	//	*LogicFrame_Welcome
 	Kind          isLogicFrame_Kind `protobuf_oneof:"kind"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -549,7 +713,7 @@ type LogicFrame struct {
 
 func (x *LogicFrame) Reset() {
 	*x = LogicFrame{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[7]
+	mi := &file_logic_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +725,7 @@ func (x *LogicFrame) String() string {
 func (*LogicFrame) ProtoMessage() {}
 
 func (x *LogicFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[7]
+	mi := &file_logic_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +738,7 @@ func (x *LogicFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogicFrame.ProtoReflect.Descriptor instead.
 func (*LogicFrame) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *LogicFrame) GetKind() isLogicFrame_Kind {
@@ -602,6 +766,24 @@ func (x *LogicFrame) GetResync() *Resync {
 	return nil
 }
 
+func (x *LogicFrame) GetBatch() *LogicBatch {
+	if x != nil {
+		if x, ok := x.Kind.(*LogicFrame_Batch); ok {
+			return x.Batch
+		}
+	}
+	return nil
+}
+
+func (x *LogicFrame) GetWelcome() *Welcome {
+	if x != nil {
+		if x, ok := x.Kind.(*LogicFrame_Welcome); ok {
+			return x.Welcome
+		}
+	}
+	return nil
+}
+
 type isLogicFrame_Kind interface {
 	isLogicFrame_Kind()
 }
@@ -614,9 +796,112 @@ type LogicFrame_Resync struct {
 	Resync *Resync `protobuf:"bytes,2,opt,name=resync,proto3,oneof"`
 }
 
+type LogicFrame_Batch struct {
+	Batch *LogicBatch `protobuf:"bytes,3,opt,name=batch,proto3,oneof"`
+}
+
+type LogicFrame_Welcome struct {
+	Welcome *Welcome `protobuf:"bytes,4,opt,name=welcome,proto3,oneof"`
+}
+
 func (*LogicFrame_Response) isLogicFrame_Kind() {}
 
 func (*LogicFrame_Resync) isLogicFrame_Kind() {}
+
+func (*LogicFrame_Batch) isLogicFrame_Kind() {}
+
+func (*LogicFrame_Welcome) isLogicFrame_Kind() {}
+
+// LogicBatch is several Responses in the order logic produced them.
+type LogicBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Responses     []*Response            `protobuf:"bytes,1,rep,name=responses,proto3" json:"responses,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LogicBatch) Reset() {
+	*x = LogicBatch{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LogicBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LogicBatch) ProtoMessage() {}
+
+func (x *LogicBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LogicBatch.ProtoReflect.Descriptor instead.
+func (*LogicBatch) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LogicBatch) GetResponses() []*Response {
+	if x != nil {
+		return x.Responses
+	}
+	return nil
+}
+
+// Welcome answers a Hello that set batches: logic reads GateBatch frames.
+// It is logic's first frame on such a stream.
+type Welcome struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batches       bool                   `protobuf:"varint,1,opt,name=batches,proto3" json:"batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Welcome) Reset() {
+	*x = Welcome{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Welcome) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Welcome) ProtoMessage() {}
+
+func (x *Welcome) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
+func (*Welcome) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Welcome) GetBatches() bool {
+	if x != nil {
+		return x.Batches
+	}
+	return false
+}
 
 // Resync asks the gate to send Rebind frames for every authenticated
 // connection it holds, in batches.
@@ -628,7 +913,7 @@ type Resync struct {
 
 func (x *Resync) Reset() {
 	*x = Resync{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[8]
+	mi := &file_logic_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -640,7 +925,7 @@ func (x *Resync) String() string {
 func (*Resync) ProtoMessage() {}
 
 func (x *Resync) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[8]
+	mi := &file_logic_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -653,7 +938,7 @@ func (x *Resync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resync.ProtoReflect.Descriptor instead.
 func (*Resync) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 // Response answers a Request. The gate writes body as a frame with the given
@@ -675,7 +960,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[9]
+	mi := &file_logic_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +972,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[9]
+	mi := &file_logic_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +985,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Response) GetConnId() uint64 {
@@ -763,17 +1048,25 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x1f\n" +
 	"\vapp_version\x18\x04 \x01(\tR\n" +
 	"appVersion\x12\x19\n" +
-	"\bsince_ms\x18\x05 \x01(\x03R\asinceMs\"\xc3\x01\n" +
+	"\bsince_ms\x18\x05 \x01(\x03R\asinceMs\"\xf0\x01\n" +
 	"\tGateFrame\x12'\n" +
 	"\x05hello\x18\x01 \x01(\v2\x0f.logic.v1.HelloH\x00R\x05hello\x12-\n" +
 	"\arequest\x18\x02 \x01(\v2\x11.logic.v1.RequestH\x00R\arequest\x12*\n" +
 	"\x06closed\x18\x03 \x01(\v2\x10.logic.v1.ClosedH\x00R\x06closed\x12*\n" +
-	"\x06rebind\x18\x04 \x01(\v2\x10.logic.v1.RebindH\x00R\x06rebindB\x06\n" +
-	"\x04kind\"`\n" +
+	"\x06rebind\x18\x04 \x01(\v2\x10.logic.v1.RebindH\x00R\x06rebind\x12+\n" +
+	"\x05batch\x18\x05 \x01(\v2\x13.logic.v1.GateBatchH\x00R\x05batchB\x06\n" +
+	"\x04kind\"8\n" +
+	"\tGateBatch\x12+\n" +
+	"\x06events\x18\x01 \x03(\v2\x13.logic.v1.GateEventR\x06events\"n\n" +
+	"\tGateEvent\x12-\n" +
+	"\arequest\x18\x01 \x01(\v2\x11.logic.v1.RequestH\x00R\arequest\x12*\n" +
+	"\x06closed\x18\x02 \x01(\v2\x10.logic.v1.ClosedH\x00R\x06closedB\x06\n" +
+	"\x04kind\"z\n" +
 	"\x05Hello\x12\x17\n" +
 	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12\x1b\n" +
 	"\tpush_addr\x18\x02 \x01(\tR\bpushAddr\x12!\n" +
-	"\fclient_addrs\x18\x03 \x03(\tR\vclientAddrs\"\xd6\x01\n" +
+	"\fclient_addrs\x18\x03 \x03(\tR\vclientAddrs\x12\x18\n" +
+	"\abatches\x18\x04 \x01(\bR\abatches\"\xd6\x01\n" +
 	"\aRequest\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
 	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\x12\x17\n" +
@@ -792,12 +1085,19 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"\bbindings\x18\x01 \x03(\v2\x11.logic.v1.BindingR\bbindings\"O\n" +
 	"\aBinding\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
-	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\"r\n" +
+	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\"\xcf\x01\n" +
 	"\n" +
 	"LogicFrame\x120\n" +
 	"\bresponse\x18\x01 \x01(\v2\x12.logic.v1.ResponseH\x00R\bresponse\x12*\n" +
-	"\x06resync\x18\x02 \x01(\v2\x10.logic.v1.ResyncH\x00R\x06resyncB\x06\n" +
-	"\x04kind\"\b\n" +
+	"\x06resync\x18\x02 \x01(\v2\x10.logic.v1.ResyncH\x00R\x06resync\x12,\n" +
+	"\x05batch\x18\x03 \x01(\v2\x14.logic.v1.LogicBatchH\x00R\x05batch\x12-\n" +
+	"\awelcome\x18\x04 \x01(\v2\x11.logic.v1.WelcomeH\x00R\awelcomeB\x06\n" +
+	"\x04kind\">\n" +
+	"\n" +
+	"LogicBatch\x120\n" +
+	"\tresponses\x18\x01 \x03(\v2\x12.logic.v1.ResponseR\tresponses\"#\n" +
+	"\aWelcome\x12\x18\n" +
+	"\abatches\x18\x01 \x01(\bR\abatches\"\b\n" +
 	"\x06Resync\"\xce\x01\n" +
 	"\bResponse\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x18\n" +
@@ -824,38 +1124,49 @@ func file_logic_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_logic_v1_gateway_proto_rawDescData
 }
 
-var file_logic_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_logic_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_logic_v1_gateway_proto_goTypes = []any{
 	(*Session)(nil),    // 0: logic.v1.Session
 	(*GateFrame)(nil),  // 1: logic.v1.GateFrame
-	(*Hello)(nil),      // 2: logic.v1.Hello
-	(*Request)(nil),    // 3: logic.v1.Request
-	(*Closed)(nil),     // 4: logic.v1.Closed
-	(*Rebind)(nil),     // 5: logic.v1.Rebind
-	(*Binding)(nil),    // 6: logic.v1.Binding
-	(*LogicFrame)(nil), // 7: logic.v1.LogicFrame
-	(*Resync)(nil),     // 8: logic.v1.Resync
-	(*Response)(nil),   // 9: logic.v1.Response
+	(*GateBatch)(nil),  // 2: logic.v1.GateBatch
+	(*GateEvent)(nil),  // 3: logic.v1.GateEvent
+	(*Hello)(nil),      // 4: logic.v1.Hello
+	(*Request)(nil),    // 5: logic.v1.Request
+	(*Closed)(nil),     // 6: logic.v1.Closed
+	(*Rebind)(nil),     // 7: logic.v1.Rebind
+	(*Binding)(nil),    // 8: logic.v1.Binding
+	(*LogicFrame)(nil), // 9: logic.v1.LogicFrame
+	(*LogicBatch)(nil), // 10: logic.v1.LogicBatch
+	(*Welcome)(nil),    // 11: logic.v1.Welcome
+	(*Resync)(nil),     // 12: logic.v1.Resync
+	(*Response)(nil),   // 13: logic.v1.Response
 }
 var file_logic_v1_gateway_proto_depIdxs = []int32{
-	2,  // 0: logic.v1.GateFrame.hello:type_name -> logic.v1.Hello
-	3,  // 1: logic.v1.GateFrame.request:type_name -> logic.v1.Request
-	4,  // 2: logic.v1.GateFrame.closed:type_name -> logic.v1.Closed
-	5,  // 3: logic.v1.GateFrame.rebind:type_name -> logic.v1.Rebind
-	0,  // 4: logic.v1.Request.session:type_name -> logic.v1.Session
-	0,  // 5: logic.v1.Closed.session:type_name -> logic.v1.Session
-	6,  // 6: logic.v1.Rebind.bindings:type_name -> logic.v1.Binding
-	0,  // 7: logic.v1.Binding.session:type_name -> logic.v1.Session
-	9,  // 8: logic.v1.LogicFrame.response:type_name -> logic.v1.Response
-	8,  // 9: logic.v1.LogicFrame.resync:type_name -> logic.v1.Resync
-	0,  // 10: logic.v1.Response.bind:type_name -> logic.v1.Session
-	1,  // 11: logic.v1.Gateway.Connect:input_type -> logic.v1.GateFrame
-	7,  // 12: logic.v1.Gateway.Connect:output_type -> logic.v1.LogicFrame
-	12, // [12:13] is the sub-list for method output_type
-	11, // [11:12] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 0: logic.v1.GateFrame.hello:type_name -> logic.v1.Hello
+	5,  // 1: logic.v1.GateFrame.request:type_name -> logic.v1.Request
+	6,  // 2: logic.v1.GateFrame.closed:type_name -> logic.v1.Closed
+	7,  // 3: logic.v1.GateFrame.rebind:type_name -> logic.v1.Rebind
+	2,  // 4: logic.v1.GateFrame.batch:type_name -> logic.v1.GateBatch
+	3,  // 5: logic.v1.GateBatch.events:type_name -> logic.v1.GateEvent
+	5,  // 6: logic.v1.GateEvent.request:type_name -> logic.v1.Request
+	6,  // 7: logic.v1.GateEvent.closed:type_name -> logic.v1.Closed
+	0,  // 8: logic.v1.Request.session:type_name -> logic.v1.Session
+	0,  // 9: logic.v1.Closed.session:type_name -> logic.v1.Session
+	8,  // 10: logic.v1.Rebind.bindings:type_name -> logic.v1.Binding
+	0,  // 11: logic.v1.Binding.session:type_name -> logic.v1.Session
+	13, // 12: logic.v1.LogicFrame.response:type_name -> logic.v1.Response
+	12, // 13: logic.v1.LogicFrame.resync:type_name -> logic.v1.Resync
+	10, // 14: logic.v1.LogicFrame.batch:type_name -> logic.v1.LogicBatch
+	11, // 15: logic.v1.LogicFrame.welcome:type_name -> logic.v1.Welcome
+	13, // 16: logic.v1.LogicBatch.responses:type_name -> logic.v1.Response
+	0,  // 17: logic.v1.Response.bind:type_name -> logic.v1.Session
+	1,  // 18: logic.v1.Gateway.Connect:input_type -> logic.v1.GateFrame
+	9,  // 19: logic.v1.Gateway.Connect:output_type -> logic.v1.LogicFrame
+	19, // [19:20] is the sub-list for method output_type
+	18, // [18:19] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_gateway_proto_init() }
@@ -868,10 +1179,17 @@ func file_logic_v1_gateway_proto_init() {
 		(*GateFrame_Request)(nil),
 		(*GateFrame_Closed)(nil),
 		(*GateFrame_Rebind)(nil),
+		(*GateFrame_Batch)(nil),
 	}
-	file_logic_v1_gateway_proto_msgTypes[7].OneofWrappers = []any{
+	file_logic_v1_gateway_proto_msgTypes[3].OneofWrappers = []any{
+		(*GateEvent_Request)(nil),
+		(*GateEvent_Closed)(nil),
+	}
+	file_logic_v1_gateway_proto_msgTypes[9].OneofWrappers = []any{
 		(*LogicFrame_Response)(nil),
 		(*LogicFrame_Resync)(nil),
+		(*LogicFrame_Batch)(nil),
+		(*LogicFrame_Welcome)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -879,7 +1197,7 @@ func file_logic_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_gateway_proto_rawDesc), len(file_logic_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
