@@ -110,6 +110,11 @@ type Env struct {
 	OutDir  string       // where plots go
 	// Ceiling is filled by the ceiling scenario: raw send transactions/s.
 	Ceiling float64
+	// BatchCeiling is the ceiling scenario's best raw batched rate (msg/s,
+	// the statements of logic's group commit) and BatchCeilingSize the
+	// batch size that reached it.
+	BatchCeiling     float64
+	BatchCeilingSize int
 	// P2PAchieved is filled by the saturating p2p run: acked msg/s.
 	P2PAchieved float64
 	// P2PAck is the SEND_ACK latency of the p2p run the group scenario
