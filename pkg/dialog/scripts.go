@@ -2,12 +2,13 @@ package dialog
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/pkg/protocol"
 )
 
 // Ids are compared as decimal strings (Lua numbers are doubles and lose
@@ -120,7 +121,7 @@ func ApplyMessage(ctx context.Context, rdb redis.Scripter, uid, cid, msgID, crea
 // EncodePreview is the stored form of a preview. A fan-out to many
 // recipients encodes it once and calls ApplyMessageJSON for each.
 func EncodePreview(p Preview) ([]byte, error) {
-	pj, err := json.Marshal(p)
+	pj, err := protocol.Marshal(p)
 	if err != nil {
 		return nil, fmt.Errorf("dialog: preview: %w", err)
 	}

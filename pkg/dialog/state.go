@@ -7,6 +7,8 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/pkg/protocol"
 )
 
 // State is one conversation's entry in a user's list.
@@ -47,7 +49,7 @@ func (s State) fields() []any {
 		FieldBase, s.Base, FieldAppliedCount, 0,
 	}
 	if s.Preview != nil {
-		pj, _ := json.Marshal(s.Preview)
+		pj, _ := protocol.Marshal(s.Preview)
 		f = append(f, FieldPreview, string(pj))
 	}
 	return f

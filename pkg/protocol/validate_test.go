@@ -1,6 +1,8 @@
 package protocol
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -85,4 +87,28 @@ func FuzzCanonicalContent(f *testing.F) {
 			t.Fatalf("not idempotent: %q -> %q (%v)", out, again, err)
 		}
 	})
+}
+
+// Marshal keeps `<`, `>` and `&` as one byte each, in strings and in raw
+// content alike, and adds no trailing newline.
+func TestMarshalWithoutHTMLEscaping(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		v    any
+		want string
+	}{
+		{"string", map[string]string{"text": "<b>&</b>"}, `{"text":"<b>&</b>"}`},
+		{"raw content", Message{MessageType: 1, Content: json.RawMessage(`{"t":1,"text":"<&>"}`)}, `"content":{"t":1,"text":"<&>"}`},
+		{"control characters still escaped", map[string]string{"text": "a\nb\"c"}, `{"text":"a\nb\"c"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := Marshal(tc.v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Contains(b, []byte(tc.want)) || bytes.HasSuffix(b, []byte("\n")) {
+				t.Fatalf("got %s, want it to contain %s and no trailing newline", b, tc.want)
+			}
+		})
+	}
 }

@@ -656,7 +656,7 @@ func (f *Fanout) missedEvents(partition int, events []*logicv1.MailboxEvent, job
 	if len(missed) == 0 || f.mailbox == nil {
 		return events
 	}
-	payload, err := json.Marshal(struct {
+	payload, err := protocol.Marshal(struct {
 		ConversationID jsonid.ID `json:"conversation_id"`
 		MsgID          jsonid.ID `json:"msg_id"`
 	}{jsonid.ID(job.GetConversationId()), jsonid.ID(job.GetMsgId())})

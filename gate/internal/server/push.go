@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	"google.golang.org/grpc/codes"
@@ -119,7 +118,7 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 	if reason == "" {
 		reason = "kicked"
 	}
-	data, err := json.Marshal(struct {
+	data, err := protocol.Marshal(struct {
 		Reason string `json:"reason"`
 	}{reason})
 	if err != nil {

@@ -5,7 +5,6 @@ package auth
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -142,7 +141,7 @@ func (s *Service) recordKick(ctx context.Context, uid int64, device string) {
 	if s.mailbox == nil {
 		return
 	}
-	p, _ := json.Marshal(protocol.KickPayload{Reason: KickReason})
+	p, _ := protocol.Marshal(protocol.KickPayload{Reason: KickReason})
 	if _, err := s.mailbox.Append(ctx, []store.MailboxEvent{{UserID: uid, DeviceID: device, EventType: protocol.EventKick, Payload: p}}); err != nil {
 		s.log.Warn("kick mailbox event failed", zap.Int64("user_id", uid), zap.String("device_id", device), zap.Error(err))
 	}

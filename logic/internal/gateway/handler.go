@@ -117,7 +117,7 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 			}
 			return resp
 		}
-		if data, err = json.Marshal(reply); err == nil {
+		if data, err = protocol.Marshal(reply); err == nil {
 			resp.Bind = bind
 		}
 	case !authed:
@@ -128,7 +128,7 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 			err = errcode.Wrap(errcode.Busy, "", err)
 			return resp
 		}
-		data, err = json.Marshal(protocol.MsgIDReply{MsgID: jsonid.ID(id)})
+		data, err = protocol.Marshal(protocol.MsgIDReply{MsgID: jsonid.ID(id)})
 	case cmd == uint32(protocol.CmdSendMessage):
 		if h.SendLimit != nil && !h.SendLimit.Allow(sess.UserId, sess.DeviceId, time.Now()) {
 			err = errcode.New(errcode.RateLimited, "too many messages, slow down")
@@ -141,7 +141,7 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		var ack *protocol.SendAck
 		ack, err = h.Send.Send(ctx, message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}, message.SendRequestOf(sreq))
 		if err == nil {
-			if data, err = json.Marshal(ack); err == nil {
+			if data, err = protocol.Marshal(ack); err == nil {
 				resp.Command = uint32(protocol.CmdSendAck)
 			}
 		}
@@ -169,7 +169,7 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 			reply, more, err = h.Inbox.SyncMessages(ctx, u, mreq)
 		}
 		if err == nil {
-			if data, err = json.Marshal(reply); err == nil {
+			if data, err = protocol.Marshal(reply); err == nil {
 				resp.Command = uint32(last)
 				if more {
 					resp.Command = uint32(next)
@@ -203,7 +203,7 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 			}
 		}
 		if err == nil {
-			data, err = json.Marshal(reply)
+			data, err = protocol.Marshal(reply)
 		}
 	case cmd == uint32(protocol.CmdRelation):
 		data, err = h.relation(ctx, sess.UserId, req.Body)

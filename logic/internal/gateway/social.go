@@ -52,7 +52,7 @@ func decodeFields(body []byte, v any) error {
 	slices.Sort(keys)
 	t := reflect.TypeOf(v).Elem()
 	for _, k := range keys {
-		one, _ := json.Marshal(map[string]json.RawMessage{k: raw[k]}) // raw values: cannot fail
+		one, _ := protocol.Marshal(map[string]json.RawMessage{k: raw[k]}) // raw values: cannot fail
 		if ferr := json.Unmarshal(one, reflect.New(t).Interface()); ferr != nil {
 			return errcode.Wrap(errcode.InvalidArgument, "invalid argument: "+k+": wrong type (ids are integers or decimal strings)", ferr)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
 )
 
 // System is the ActorID of the business system (the business API acting
@@ -186,7 +187,7 @@ type EventPayload struct {
 
 // Payload returns the control-push payload of c (no role or mute fields).
 func (c Change) Payload() json.RawMessage {
-	b, _ := json.Marshal(EventPayload{Action: c.Action, GroupID: jsonid.ID(c.Group.GroupID),
+	b, _ := protocol.Marshal(EventPayload{Action: c.Action, GroupID: jsonid.ID(c.Group.GroupID),
 		OperatorID: jsonid.ID(c.ActorID), MemberVersion: c.Group.MemberVersion})
 	return b
 }

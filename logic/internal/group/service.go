@@ -3,7 +3,6 @@ package group
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -709,7 +708,7 @@ func notifyAll(t *store.GroupTx, c *Change, users []int64, action string, actorI
 }
 
 func membershipEvent(uid, conversationID int64, p EventPayload) store.MailboxEvent {
-	b, _ := json.Marshal(p) // ids and small numbers: cannot fail
+	b, _ := protocol.Marshal(p) // ids and small numbers: cannot fail
 	return store.MailboxEvent{UserID: uid, EventType: protocol.EventMembership, ConversationID: conversationID, Payload: b}
 }
 

@@ -2,7 +2,6 @@ package message
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -48,7 +47,7 @@ func (s *Service) invalidate(ctx context.Context, cid int64, users ...int64) err
 // (the list entries are already invalidated, so every device converges by
 // sync), so a failure is logged, not answered.
 func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64, ctype int, msgID int64, recipients []int64, data any) {
-	push, err := json.Marshal(data)
+	push, err := protocol.Marshal(data)
 	if err == nil {
 		err = s.enqueueJob(ctx, &queuev1.DeliverJob{
 			Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(cmd), MsgId: msgID, ConversationId: cid,
@@ -122,7 +121,7 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 	r, err := s.store.RecallMessage(ctx, req.MsgID.Int64(), req.ConversationID.Int64(), from.UserID, s.cfg.RecallWindow, time.Now(),
 		func(n int) ([]int64, error) { return mailbox.NewIDs(ctx, s.ids, n) },
 		func(member int64, m store.Message) store.MailboxEvent {
-			p, _ := json.Marshal(protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)})
+			p, _ := protocol.Marshal(protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)})
 			return store.MailboxEvent{UserID: member, EventType: protocol.EventRecall, ConversationID: m.ConversationID, MsgID: m.ID, Payload: p}
 		})
 	switch {
@@ -166,7 +165,7 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 // for each (every device) and pushes command 9 to their devices but the
 // recalling one.
 func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64, reply *protocol.MessageRef) error {
-	push, err := json.Marshal(reply)
+	push, err := protocol.Marshal(reply)
 	if err != nil {
 		return fmt.Errorf("message: recall push: %w", err)
 	}
@@ -202,7 +201,7 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 	if err != nil {
 		return nil, busy("event id", err)
 	}
-	payload, err := json.Marshal(reply)
+	payload, err := protocol.Marshal(reply)
 	if err != nil {
 		return nil, fmt.Errorf("message: delete event payload: %w", err)
 	}

@@ -28,7 +28,7 @@ const enqueueAttemptTimeout = time.Second
 // listed when the conversation knows them (P2P); deliver expands a group's
 // members itself.
 func Job(row store.Message, conv conversation.Conversation, flags Flags, now time.Time) (*queuev1.DeliverJob, error) {
-	push, err := json.Marshal(protocol.Message{
+	push, err := protocol.Marshal(protocol.Message{
 		MsgID:            jsonid.ID(row.ID),
 		ConversationID:   jsonid.ID(row.ConversationID),
 		ConversationType: conv.Type,

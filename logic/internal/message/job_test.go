@@ -1,6 +1,7 @@
 package message
 
 import (
+	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
@@ -49,6 +50,10 @@ func TestJobCarriesPushDataAndPreview(t *testing.T) {
 			_ = json.Unmarshal([]byte(tc.content), &want)
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("push content %s, want %s", m.Content, tc.content)
+			}
+			// Written without HTML escaping: the bytes are the content's.
+			if !bytes.Contains(job.GetPushData(), []byte(tc.content)) {
+				t.Fatalf("push data %s does not carry the content %s verbatim", job.GetPushData(), tc.content)
 			}
 			if job.GetCreatedAtMs() != at.UnixMilli() || len(job.GetRecipients()) != 2 {
 				t.Fatalf("job %+v", job)

@@ -157,7 +157,7 @@ func (s *Service) RelationChanged(ctx context.Context, ch relation.Change) error
 // when recipients is nil. Friend events have no conversation and all go to
 // partition 0, so one user's control events stay in order.
 func (s *Service) push(ctx context.Context, cid int64, ctype int, memberVersion int64, recipients []int64, ev ControlEvent) error {
-	data, err := json.Marshal(ev)
+	data, err := protocol.Marshal(ev)
 	if err != nil {
 		return fmt.Errorf("encode control event: %w", err)
 	}

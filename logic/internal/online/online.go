@@ -258,7 +258,7 @@ func (s *Service) transientBody(payload []byte) ([]byte, error) {
 	if err := json.Unmarshal(payload, &obj); err != nil || obj == nil {
 		return nil, invalid("payload", "must be a JSON object")
 	}
-	data, err := json.Marshal(struct {
+	data, err := protocol.Marshal(struct {
 		Payload json.RawMessage `json:"payload"`
 	}{payload})
 	if err != nil {

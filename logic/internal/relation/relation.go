@@ -361,7 +361,7 @@ func (s *Service) change(ctx context.Context, op string,
 		built = notes(o)
 		evs := make([]store.MailboxEvent, len(built))
 		for i, n := range built {
-			p, _ := json.Marshal(Payload{Kind: n.kind, UserID: jsonid.ID(n.peer)}) // cannot fail
+			p, _ := protocol.Marshal(Payload{Kind: n.kind, UserID: jsonid.ID(n.peer)}) // cannot fail
 			evs[i] = store.MailboxEvent{UserID: n.owner, EventType: protocol.EventFriend, Payload: p}
 		}
 		return evs
