@@ -405,7 +405,13 @@ export class SparkClient {
       if (link.dead) return;
       link.inbound = link.inbound.then(() => this.onData(link, ev.data));
     };
-    ws.onclose = (ev) => this.drop(link, `closed by the server (${ev.code}${ev.reason ? " " + ev.reason : ""})`);
+    ws.onclose = (ev) => {
+      // After the frames that came before the close: a KICK or a refused
+      // AUTH followed at once by the close must still be read as such, or
+      // the client would reconnect into the same kick or refusal.
+      const why = `closed by the server (${ev.code}${ev.reason ? " " + ev.reason : ""})`;
+      link.inbound = link.inbound.then(() => this.drop(link, why));
+    };
     ws.onerror = () => {
       // onclose follows with the code, and browsers tell scripts nothing more.
     };
