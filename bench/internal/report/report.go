@@ -154,8 +154,32 @@ func Markdown(w io.Writer, r *Run, imgPrefix string) {
 				fmt.Fprintf(w, "- %s\n", n)
 			}
 		}
+		writeProfiles(w, res.Profiles, imgPrefix)
 		for _, p := range res.Plots {
 			fmt.Fprintf(w, "\n![%s](%s%s)\n", p.Title, imgPrefix, p.File)
+		}
+	}
+}
+
+// writeProfiles lists each CPU profile's top entries by flat time (the
+// function's own samples), so the report names where the window's CPU
+// went without opening pprof; the file is linked for the rest.
+func writeProfiles(w io.Writer, ps []scenario.CPUProfile, prefix string) {
+	for _, p := range ps {
+		fmt.Fprintf(w, "\n**CPU profile of %s** ([%s](%s%s), %d s", p.Process, p.File, prefix, p.File, p.Seconds)
+		if p.Summary != "" {
+			fmt.Fprintf(w, "; %s", p.Summary)
+		}
+		fmt.Fprintln(w, ")")
+		if p.Err != "" {
+			fmt.Fprintf(w, "\nNot listed: %s\n", p.Err)
+			continue
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| flat | flat% | sum% | cum | cum% | function |")
+		fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- |")
+		for _, t := range p.Top {
+			fmt.Fprintf(w, "| %s | %.1f%% | %.1f%% | %s | %.1f%% | `%s` |\n", t.Flat, t.FlatPct, t.SumPct, t.Cum, t.CumPct, t.Func)
 		}
 	}
 }

@@ -276,6 +276,9 @@ type Result struct {
 	Notes    []string       `json:"notes,omitempty"`
 	Data     map[string]any `json:"data,omitempty"`
 	Plots    []Plot         `json:"plots,omitempty"`
+	// Profiles are CPU profiles of the measured window (p2p's of gate 1,
+	// logic and deliver) with their top entries.
+	Profiles []CPUProfile `json:"profiles,omitempty"`
 }
 
 func (r *Result) add(name string, v float64, unit string) {
