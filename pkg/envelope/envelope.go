@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/sparkim/spark/pkg/errcode"
 )
@@ -65,10 +66,32 @@ func Fail(requestID string, code errcode.Code, msg string) []byte {
 	return build(make([]byte, 0, 96), code, msg, requestID, nil)
 }
 
-// FromError builds the failure envelope for err (see errcode.Of).
+// FailRetry builds a failure envelope whose data tells the client how long
+// to wait before trying again: {"retry_after_ms":N}, rounded up to a whole
+// millisecond. A retryAfter ≤ 0 builds Fail's envelope.
+func FailRetry(requestID string, code errcode.Code, msg string, retryAfter time.Duration) []byte {
+	if retryAfter <= 0 {
+		return Fail(requestID, code, msg)
+	}
+	if msg == "" {
+		msg = code.Message()
+	}
+	ms := (retryAfter + time.Millisecond - 1) / time.Millisecond
+	data := strconv.AppendInt([]byte(`{"retry_after_ms":`), int64(ms), 10)
+	return build(make([]byte, 0, 128), code, msg, requestID, append(data, '}'))
+}
+
+// RetryAfter is the data of a failure envelope that carries a retry-after
+// hint (FailRetry).
+type RetryAfter struct {
+	RetryAfterMs int64 `json:"retry_after_ms"`
+}
+
+// FromError builds the failure envelope for err (see errcode.Of), with
+// its retry-after hint when it has one.
 func FromError(requestID string, err error) []byte {
 	c, m := errcode.Of(err)
-	return Fail(requestID, c, m)
+	return FailRetry(requestID, c, m, errcode.RetryAfterOf(err))
 }
 
 func build(b []byte, code errcode.Code, msg, requestID string, data []byte) []byte {

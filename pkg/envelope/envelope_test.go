@@ -2,7 +2,9 @@ package envelope
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sparkim/spark/pkg/errcode"
 )
@@ -20,6 +22,9 @@ func TestEnvelopes(t *testing.T) {
 		{"fail", Fail(ids.Next(), errcode.Conflict, ""), errcode.Conflict, `{}`},
 		{"fail quotes msg", Fail(ids.Next(), errcode.InvalidArgument, `bad "x"`), errcode.InvalidArgument, `{}`},
 		{"from plain error", FromError(ids.Next(), errcode.New(errcode.Busy, "")), errcode.Busy, `{}`},
+		{"fail with retry-after rounds up to ms", FailRetry(ids.Next(), errcode.RateLimited, "slow down", 1500*time.Microsecond), errcode.RateLimited, `{"retry_after_ms":2}`},
+		{"fail with no retry-after", FailRetry(ids.Next(), errcode.RateLimited, "", 0), errcode.RateLimited, `{}`},
+		{"from limited error", FromError(ids.Next(), fmt.Errorf("wrapped: %w", errcode.Limited("", 3*time.Second))), errcode.RateLimited, `{"retry_after_ms":3000}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ package errcode
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Code is a response code.
@@ -57,6 +58,9 @@ type Error struct {
 	Code Code
 	Msg  string
 	Err  error // cause, for logs only; never shown to the client
+	// RetryAfter, when positive, is how long the client should wait before
+	// trying again; the failure envelope carries it as data.retry_after_ms.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -81,6 +85,23 @@ func Wrap(c Code, msg string, err error) *Error {
 	e := New(c, msg)
 	e.Err = err
 	return e
+}
+
+// Limited returns a 42901 *Error telling the client to wait retryAfter.
+func Limited(msg string, retryAfter time.Duration) *Error {
+	e := New(RateLimited, msg)
+	e.RetryAfter = retryAfter
+	return e
+}
+
+// RetryAfterOf returns the retry-after hint of the outermost *Error in
+// err's chain, 0 when there is none.
+func RetryAfterOf(err error) time.Duration {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.RetryAfter
+	}
+	return 0
 }
 
 // Of returns the code and client message for any error: the code of the
