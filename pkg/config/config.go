@@ -191,6 +191,10 @@ type Logic struct {
 	// max_members). A send costs one row whatever the group's size, but
 	// fan-out, member caches and dissolve notices grow with it.
 	GroupMaxMembers int `mapstructure:"group_max_members"`
+	// MaxFrameSize is the frame limit of the gates and clients
+	// (gate.max_frame_size): a message is accepted only if its MESSAGE
+	// push fits, and sync pages stop before it. Keep the two equal.
+	MaxFrameSize int `mapstructure:"max_frame_size"`
 	// P2PPolicy is who may send one-to-one messages to whom: P2POpen
 	// (anyone not blocked either way) or P2PFriendsOnly. Blocks refuse
 	// under both.
@@ -285,6 +289,7 @@ var defaults = map[string]any{
 	"logic.commit_workers":          4, // = message.DefaultCommitWorkers
 	"logic.commit_batch":            64,
 	"logic.group_max_members":       10000,
+	"logic.max_frame_size":          64 << 10,
 	"logic.p2p_policy":              P2POpen,
 	"logic.system_user_id":          1,
 	"deliver.id":                    "deliver-1",
@@ -347,6 +352,9 @@ func Load(path string) (*Config, error) {
 	if c.Logic.CommitWorkers < 1 || c.Logic.CommitBatch < 1 {
 		return nil, fmt.Errorf("config: logic.commit_workers (%d) and logic.commit_batch (%d) must be at least 1: every send goes through the group commit",
 			c.Logic.CommitWorkers, c.Logic.CommitBatch)
+	}
+	if c.Logic.MaxFrameSize < 4<<10 {
+		return nil, errors.New("config: logic.max_frame_size must be at least 4096 bytes")
 	}
 	if c.Logic.GroupMaxMembers < 1 {
 		return nil, errors.New("config: logic.group_max_members must be at least 1")

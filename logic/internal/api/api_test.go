@@ -177,7 +177,7 @@ func newEnv(t *testing.T) *env {
 	notes := &recorder{}
 	srv := api.New(api.Services{
 		Store: st, Users: user.New(st, onl), Relations: relSvc, Groups: groupSvc,
-		Messages: sendSvc, Inbox: inbox.New(st, rdb, mailbox.New(st, gen), nil), Online: onl,
+		Messages: sendSvc, Inbox: inbox.New(st, rdb, mailbox.New(st, gen), 0, nil), Online: onl,
 	}, api.Config{JWTSecret: []byte(secret), TokenTTL: time.Hour, SystemUserID: systemUserID}, notes, nil)
 
 	lis := bufconn.Listen(1 << 20)

@@ -84,7 +84,7 @@ func newEnv(t *testing.T, machine int) *env {
 	mb := mailbox.New(st, gen)
 	a.RecordKicks(mb)
 	send := message.New(st, rdb, gen, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 2, Partitions: 16}, nil, nil)
-	in := inbox.New(st, rdb, mb, nil)
+	in := inbox.New(st, rdb, mb, 0, nil)
 	rel, err := relation.New(st, gen, relation.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 )
@@ -39,14 +41,21 @@ type Service struct {
 	rdb     redis.Cmdable
 	mailbox *mailbox.Service
 	log     *zap.Logger
+	// budget is how many bytes a page's lists may take so the answer's
+	// frame fits in the clients' max_frame_size.
+	budget int
 }
 
-// New returns a Service.
-func New(st *store.Store, rdb redis.Cmdable, mb *mailbox.Service, log *zap.Logger) *Service {
+// New returns a Service whose answers fit in frames of maxFrame bytes
+// (logic.max_frame_size; ≤ 0 means frame.DefaultMaxFrameSize).
+func New(st *store.Store, rdb redis.Cmdable, mb *mailbox.Service, maxFrame int, log *zap.Logger) *Service {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Service{store: st, rdb: rdb, mailbox: mb, log: log}
+	if maxFrame <= 0 {
+		maxFrame = frame.DefaultMaxFrameSize
+	}
+	return &Service{store: st, rdb: rdb, mailbox: mb, log: log, budget: protocol.PageBudget(maxFrame)}
 }
 
 // User is the authenticated device asking.
@@ -109,16 +118,25 @@ func (s *Service) SyncInbox(ctx context.Context, u User, req protocol.SyncInboxR
 		changes = changes[:n]
 	}
 	reply = &protocol.SyncInboxReply{Conversations: make([]protocol.Conversation, 0, len(changes)), Events: []protocol.MailboxEvent{}}
+	// The page stops before its frame would pass max_frame_size; the
+	// cursors then name the last entry sent, so the rest comes next page.
+	// One conversation and one event always fit.
+	page := pageBytes{budget: s.budget}
 	last := from
 	for _, ch := range changes {
-		last = ch.Version
 		st, ok, err := s.state(ctx, u.UserID, ch)
 		if err != nil {
 			return nil, false, err
 		}
 		if ok {
-			reply.Conversations = append(reply.Conversations, conversation(ch.ConversationID, st))
+			c := conversation(ch.ConversationID, st)
+			if !page.fits(encodedLen(c)) {
+				moreConvs = true
+				break
+			}
+			reply.Conversations = append(reply.Conversations, c)
 		}
+		last = ch.Version
 	}
 	reply.DialogCursor = dialog.Cursor{Epoch: epoch, Version: last}.String()
 
@@ -126,8 +144,14 @@ func (s *Service) SyncInbox(ctx context.Context, u User, req protocol.SyncInboxR
 	if err != nil {
 		return nil, false, busy("mailbox", err)
 	}
-	reply.Events = events
 	reply.MailboxSeq = req.MailboxSeq
+	for i, ev := range events {
+		if !page.fits(encodedLen(ev)) {
+			events, moreEvents = events[:i], true
+			break
+		}
+	}
+	reply.Events = events
 	if len(events) > 0 {
 		reply.MailboxSeq = events[len(events)-1].Seq
 	}
@@ -242,7 +266,14 @@ func (s *Service) SyncMessages(ctx context.Context, u User, req protocol.SyncMes
 		return nil, false, busy("deletions", err)
 	}
 	reply = &protocol.SyncMessagesReply{ConversationID: req.ConversationID, Messages: make([]protocol.Message, 0, len(rows)), NextMsgID: req.LastMsgID}
+	page := pageBytes{budget: s.budget}
 	for _, r := range rows {
+		if !deleted[r.ID] && r.Status == store.MessageNormal && !page.fits(protocol.MessageBound(len(r.Content), len(r.ClientMsgID))) {
+			// next_msg_id stays at the last message sent: the rest
+			// comes next page.
+			more = true
+			break
+		}
 		reply.NextMsgID = jsonid.ID(r.ID)
 		if deleted[r.ID] {
 			continue
@@ -260,4 +291,33 @@ func (s *Service) SyncMessages(ctx context.Context, u User, req protocol.SyncMes
 		reply.Messages = append(reply.Messages, m)
 	}
 	return reply, more, nil
+}
+
+// pageBytes counts what a page's lists take against its byte budget. The
+// first entry is always taken: the send rule makes one message fit, and a
+// page without progress would loop the client forever.
+type pageBytes struct {
+	budget, used, n int
+}
+
+// fits reports whether an entry of size bytes (plus its comma) still fits
+// and, if so, counts it.
+func (p *pageBytes) fits(size int) bool {
+	if p.n > 0 && p.used+size+1 > p.budget {
+		return false
+	}
+	p.used += size + 1
+	p.n++
+	return true
+}
+
+// encodedLen is the length of v as it will be written.
+func encodedLen(v any) int {
+	b, err := protocol.Marshal(v)
+	if err != nil {
+		// Unencodable entries fail the whole answer when it is written;
+		// counting them as huge only ends the page early.
+		return math.MaxInt32
+	}
+	return len(b)
 }

@@ -58,7 +58,7 @@ func newEnv(t *testing.T, cfg message.Config) *env {
 	groups := group.New(st, gen, group.Config{})
 	cfg.Conversations = conversation.NewResolver(st, gen.Next, nil, groups)
 	mb := mailbox.New(st, gen)
-	return &env{t: t, st: st, rdb: rdb, gen: gen, send: message.New(st, rdb, gen, cfg, nil, nil), group: groups, mb: mb, inbox: inbox.New(st, rdb, mb, nil)}
+	return &env{t: t, st: st, rdb: rdb, gen: gen, send: message.New(st, rdb, gen, cfg, nil, nil), group: groups, mb: mb, inbox: inbox.New(st, rdb, mb, 0, nil)}
 }
 
 func (e *env) users(n int) []int64 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
@@ -82,6 +83,12 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 	}
 	if err != nil {
 		return nil, errcode.Wrap(errcode.InvalidArgument, err.Error(), err)
+	}
+	// Its push and a sync page holding it must fit in a frame, or every
+	// client would close on them; checked before any store call, from
+	// the exact upper bound.
+	if !protocol.MessageFits(len(content), len(req.ClientMsgID), s.cfg.MaxFrameSize) {
+		return nil, errcode.New(errcode.TooLarge, fmt.Sprintf("message over max_frame_size (%d bytes) once framed", s.cfg.MaxFrameSize))
 	}
 
 	conv, err := s.convs.Resolve(ctx, from.UserID, req.To)

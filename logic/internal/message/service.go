@@ -15,6 +15,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/frame"
 )
 
 // IDs issues ids (a *msgid.Generator).
@@ -43,6 +44,10 @@ type Config struct {
 	// CommitBatch is the most sends one group-commit transaction takes
 	// (logic.commit_batch); ≤ 0 means DefaultCommitBatch.
 	CommitBatch int
+	// MaxFrameSize is the clients' frame limit (logic.max_frame_size): a
+	// message is refused (41301) unless its MESSAGE push fits; ≤ 0 means
+	// frame.DefaultMaxFrameSize.
+	MaxFrameSize int
 	// Conversations resolves and authorizes send targets; nil means a
 	// resolver whose P2P policy only requires that the recipient exists.
 	Conversations *conversation.Resolver
@@ -91,6 +96,9 @@ func newService(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *za
 	}
 	if cfg.CommitBatch <= 0 {
 		cfg.CommitBatch = DefaultCommitBatch
+	}
+	if cfg.MaxFrameSize <= 0 {
+		cfg.MaxFrameSize = frame.DefaultMaxFrameSize
 	}
 	if cfg.Conversations == nil {
 		cfg.Conversations = conversation.NewResolver(st, ids.Next, nil, nil)

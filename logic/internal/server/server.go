@@ -154,12 +154,12 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	groupSvc := group.New(st, gen, group.Config{MaxMembers: lc.GroupMaxMembers})
 	sendSvc := message.New(st, rdb, gen, message.Config{
 		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
-		RecallWindow:  lc.RecallWindow,
+		RecallWindow: lc.RecallWindow, MaxFrameSize: lc.MaxFrameSize,
 		CommitWorkers: lc.CommitWorkers, CommitBatch: lc.CommitBatch,
 		Conversations: conversation.NewResolver(st, gen.Next, relSvc, groupSvc),
 	}, log, m)
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
-	inboxSvc := inbox.New(st, rdb, mb, log)
+	inboxSvc := inbox.New(st, rdb, mb, lc.MaxFrameSize, log)
 	// One notifier for both front doors: a change pushes its control
 	// events the same way whichever door made it.
 	notifier := notify.New(rdb, cfg.Queue.Partitions)
