@@ -347,6 +347,11 @@ export class SparkClient {
     return this.o.userId;
   }
 
+  /** This browser's device id. */
+  get deviceId(): string {
+    return this.o.deviceId;
+  }
+
   /** Opens the connection and keeps it open until close(), a KICK or a refused token. */
   connect(): void {
     if (!this.stopped) return;

@@ -1,0 +1,235 @@
+// The demo chat page: a conversation list with unread counts, the messages
+// of the open conversation and a send box, on top of SparkClient. Everything
+// it shows comes from the SDK (its conversation list and message cache), so
+// a reload shows what the device had plus what sync brings.
+//
+// Query string: gate (ws:// or wss:// URL of a gate's /ws), user, token,
+// device (default: an id kept in this browser), peer (open a chat with this
+// user id), hb (heartbeat period in ms, for tests).
+
+import { SparkClient, type Conversation, type Id, type Message, type MessageSource } from "../src/index.js";
+
+const q = new URLSearchParams(location.search);
+const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
+
+function deviceId(): string {
+  const given = q.get("device");
+  if (given) return given;
+  const key = "spark-demo-device";
+  let id = localStorage.getItem(key);
+  if (!id) {
+    id = "web-" + Math.random().toString(36).slice(2, 10);
+    localStorage.setItem(key, id);
+  }
+  return id;
+}
+
+/** What the browser test reads: every message event of this page load. */
+interface DemoWindow {
+  spark?: { client: SparkClient; log: { msg_id: Id; conversation_id: Id; source: MessageSource }[]; syncs: number };
+}
+
+const user = q.get("user") ?? "";
+const token = q.get("token") ?? "";
+if (!user || !token) {
+  $("app").hidden = true;
+  $("help").hidden = false;
+  throw new Error("demo: user and token are required in the query string");
+}
+
+const client = new SparkClient({
+  url: q.get("gate") ?? `ws://${location.hostname}:8180/ws`,
+  token,
+  userId: user,
+  deviceId: deviceId(),
+  heartbeatIntervalMs: q.get("hb") ? Number(q.get("hb")) : undefined,
+});
+const log: { msg_id: Id; conversation_id: Id; source: MessageSource }[] = [];
+const demo = { client, log, syncs: 0 };
+(window as DemoWindow).spark = demo;
+
+/** The open conversation, or a new chat with a user before its first message. */
+let open: { cid: Id } | { peer: Id } | null = null;
+/** Messages sent but not acknowledged yet, shown greyed at the end. */
+const pending: { key: number; target: string; text: string; failed?: string }[] = [];
+let pendingKey = 0;
+
+$("me").textContent = `user ${user} · ${client.deviceId}`;
+
+function title(c: Conversation): string {
+  if (c.peer_id && c.peer_id !== "0") return `user ${c.peer_id}`;
+  if (c.group_id && c.group_id !== "0") return `group ${c.group_id}`;
+  return `conversation ${c.conversation_id}`;
+}
+
+function openKey(): string {
+  if (!open) return "";
+  return "cid" in open ? `c:${open.cid}` : `u:${open.peer}`;
+}
+
+function renderConversations(): void {
+  const ul = $("conversations");
+  ul.replaceChildren();
+  for (const c of client.conversations()) {
+    const li = document.createElement("li");
+    li.dataset.convId = c.conversation_id;
+    li.dataset.peer = c.peer_id ?? "";
+    li.dataset.unread = String(c.unread);
+    if (open && "cid" in open && open.cid === c.conversation_id) li.classList.add("active");
+    const name = document.createElement("span");
+    name.className = "name";
+    name.textContent = title(c);
+    li.append(name);
+    if (c.unread > 0) {
+      const badge = document.createElement("span");
+      badge.className = "unread";
+      badge.textContent = String(c.unread);
+      li.append(badge);
+    }
+    const preview = document.createElement("div");
+    preview.className = "preview";
+    preview.textContent = c.preview ? (c.preview.recalled ? "(recalled)" : c.preview.text) : "";
+    li.append(preview);
+    li.addEventListener("click", () => openConversation(c.conversation_id));
+    ul.append(li);
+  }
+}
+
+function messageItem(m: Message): HTMLLIElement {
+  const li = document.createElement("li");
+  li.dataset.msgId = m.msg_id;
+  li.dataset.sender = m.sender_id;
+  if (m.sender_id === user) li.classList.add("mine");
+  const who = document.createElement("div");
+  who.className = "who";
+  who.textContent = `${m.sender_id === user ? "me" : m.sender_id} · ${new Date(m.created_at).toLocaleTimeString()}`;
+  const text = document.createElement("div");
+  text.className = "text";
+  if (m.status === 2) {
+    text.classList.add("recalled");
+    text.textContent = "(recalled)";
+  } else {
+    text.textContent = typeof m.content?.text === "string" ? m.content.text : `[message type ${m.message_type}]`;
+  }
+  li.append(who, text);
+  return li;
+}
+
+function renderMessages(): void {
+  const ol = $("messages");
+  ol.replaceChildren();
+  const enabled = open !== null && client.state !== "kicked" && client.state !== "unauthorized";
+  ($("text") as HTMLInputElement).disabled = !enabled;
+  ($("send") as HTMLButtonElement).disabled = !enabled;
+  if (!open) {
+    $("title").textContent = "No conversation open";
+    return;
+  }
+  if ("cid" in open) {
+    const c = client.conversation(open.cid);
+    $("title").textContent = c ? title(c) : `conversation ${open.cid}`;
+    for (const m of client.messages(open.cid)) ol.append(messageItem(m));
+  } else {
+    $("title").textContent = `user ${open.peer} (new chat)`;
+  }
+  for (const p of pending.filter((p) => p.target === openKey())) {
+    const li = document.createElement("li");
+    li.className = p.failed ? "mine failed" : "mine pending";
+    li.dataset.pending = "1";
+    li.textContent = p.failed ? `${p.text} — not sent: ${p.failed}` : `${p.text} — sending…`;
+    ol.append(li);
+  }
+  ol.scrollTop = ol.scrollHeight;
+}
+
+let reading = false;
+/** Marks the open conversation read when it has unread messages. */
+function readOpen(): void {
+  if (!open || !("cid" in open) || reading) return;
+  const cid = open.cid;
+  if ((client.conversation(cid)?.unread ?? 0) === 0) return;
+  reading = true;
+  client
+    .markRead(cid)
+    .catch((e: Error) => console.warn("demo: mark read", e.message))
+    .finally(() => {
+      reading = false;
+      renderConversations();
+    });
+}
+
+function openConversation(cid: Id): void {
+  open = { cid };
+  renderConversations();
+  renderMessages();
+  readOpen();
+  ($("text") as HTMLInputElement).focus();
+}
+
+function openChatWith(peer: Id): void {
+  const c = client.conversations().find((x) => x.peer_id === peer);
+  if (c) return openConversation(c.conversation_id);
+  open = { peer };
+  renderConversations();
+  renderMessages();
+}
+
+$("new-chat").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const peer = ($("peer") as HTMLInputElement).value.trim();
+  if (/^[1-9][0-9]*$/.test(peer)) openChatWith(peer);
+});
+
+$("composer").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const input = $("text") as HTMLInputElement;
+  const text = input.value;
+  if (!open || text.trim() === "") return;
+  input.value = "";
+  const target = "cid" in open ? { conversationId: open.cid } : { toUserId: open.peer };
+  const p: (typeof pending)[number] = { key: ++pendingKey, target: openKey(), text };
+  pending.push(p);
+  renderMessages();
+  client
+    .sendText(target, text)
+    .then((m) => {
+      pending.splice(pending.indexOf(p), 1);
+      if (open && "peer" in open && open.peer === (target as { toUserId?: Id }).toUserId) open = { cid: m.conversation_id };
+      renderConversations();
+      renderMessages();
+    })
+    .catch((e: Error) => {
+      p.failed = e.message;
+      renderMessages();
+    });
+});
+
+client.on("state", (s, detail) => {
+  const el = $("state");
+  el.dataset.state = s;
+  el.textContent = detail && s !== "online" && s !== "connecting" ? `${s}: ${detail}` : s;
+  renderMessages();
+});
+client.on("message", (m, source) => {
+  log.push({ msg_id: m.msg_id, conversation_id: m.conversation_id, source });
+  if (open && "cid" in open && open.cid === m.conversation_id) {
+    renderMessages();
+    if (m.sender_id !== user) readOpen();
+  }
+});
+client.on("conversations", renderConversations);
+client.on("synced", () => {
+  demo.syncs++;
+  renderConversations();
+  renderMessages();
+  readOpen();
+});
+client.on("recall", renderMessages);
+client.on("delete", renderMessages);
+client.on("error", (e) => console.warn("spark:", e.message));
+
+renderConversations();
+const peer = q.get("peer");
+if (peer) openChatWith(peer);
+else renderMessages();
+client.connect();
