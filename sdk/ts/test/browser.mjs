@@ -25,7 +25,8 @@ const t0 = Date.now();
 const step = (s) => console.log(`browser: +${((Date.now() - t0) / 1000).toFixed(1)}s ${s}`);
 const url = (u, extra = {}) =>
   `${cfg.base}/demo/index.html?` + new URLSearchParams({ gate: u.gate, user: u.user, token: u.token, device: u.device, hb: "1000", ...extra });
-const WAIT = { timeout: 15_000 };
+// Generous: the machine may be shared and loaded; a pass is usually seconds.
+const WAIT = { timeout: 30_000 };
 
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",

@@ -13,7 +13,7 @@ const enc = new TextEncoder();
 const dec = new TextDecoder();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function until(what, cond, ms = 2000) {
+async function until(what, cond, ms = 5000) {
   const end = Date.now() + ms;
   while (!cond()) {
     if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
@@ -287,11 +287,13 @@ test("send retries a try that got no answer in time, with the same client_msg_id
     if (gate.sent(Cmd.SEND_MESSAGE).length === 1) return; // the answer is lost
     s.reply(f, Cmd.SEND_ACK, { msg_id: "501", client_msg_id: f.json.client_msg_id, conversation_id: "51", server_time: 1 });
   };
-  const { c } = newClient(gate, { requestTimeoutMs: 100 });
+  const { c } = newClient(gate, { requestTimeoutMs: 300 });
   c.connect();
   const m = await c.sendText({ conversationId: "51" }, "once", { clientMsgId: "fixed-1" });
   assert.equal(m.msg_id, "501");
-  assert.deepEqual(gate.sent(Cmd.SEND_MESSAGE).map((f) => f.json.client_msg_id), ["fixed-1", "fixed-1"]);
+  const tries = gate.sent(Cmd.SEND_MESSAGE).map((f) => f.json.client_msg_id);
+  assert.ok(tries.length >= 2, `tried again after the lost answer: ${tries}`);
+  assert.ok(tries.every((id) => id === "fixed-1"), `every try carries the same client_msg_id: ${tries}`);
   c.close();
 });
 
@@ -373,9 +375,9 @@ test("a heartbeat without an answer drops the connection and reconnects", async 
   };
   const { c } = newClient(gate, { heartbeatIntervalMs: 40, requestTimeoutMs: 60 });
   c.connect();
-  await until("second socket", () => gate.sockets.length === 2, 3000);
+  await until("second socket", () => gate.sockets.length >= 2);
   answer = true;
-  await until("heartbeats answered", () => c.stats.heartbeats >= 2, 3000);
+  await until("heartbeats answered", () => c.stats.heartbeats >= 2);
   assert.equal(gate.sent(Cmd.HEARTBEAT)[0].body.length, 0, "HEARTBEAT has an empty body");
   c.close();
 });
