@@ -141,6 +141,22 @@ type Gate struct {
 	// gate. It is believed only from peers in ProxyTrustedCIDRs, so a
 	// browser talking to the gate directly cannot choose its address.
 	WSRealIPHeader string `mapstructure:"ws_real_ip_header"`
+	// MaxConnsPerIP bounds the connections one client address (an IPv6
+	// client's /64) holds on this gate, authenticated or not; past it a
+	// new connection gets one 42901 frame and is closed. 0 turns it off,
+	// which a gate behind a balancer that hides client addresses (no
+	// PROXY header, no WebSocket real-IP header) needs.
+	MaxConnsPerIP int `mapstructure:"max_conns_per_ip"`
+	// MaxUnauthenticated bounds the connections that have not (yet)
+	// authenticated on this gate, so sockets that never send AUTH cannot
+	// crowd out real clients for the whole AUTH deadline; past it a new
+	// connection is refused like above. 0 turns it off.
+	MaxUnauthenticated int `mapstructure:"max_unauthenticated"`
+	// PreAuthMaxFrameSize is the largest frame (header included) a
+	// connection may send before it has authenticated: AUTH bodies are
+	// small, so a header announcing more closes the connection instead of
+	// making the gate buffer up to MaxFrameSize for the AUTH deadline.
+	PreAuthMaxFrameSize int `mapstructure:"preauth_max_frame_size"`
 }
 
 // TLSEnabled reports whether the gate terminates TLS on TLSAddr.
@@ -171,10 +187,9 @@ type Logic struct {
 	MsgIDWindow time.Duration `mapstructure:"msg_id_window"`
 	// EnqueueRetries bounds XADD attempts before a send answers 50301.
 	EnqueueRetries int `mapstructure:"enqueue_retries"`
-	// SendRate and SendBurst are the per-(user, device) token bucket of
-	// SEND_MESSAGE: SendRate sends a second, bursts of up to SendBurst.
-	SendRate  float64 `mapstructure:"send_rate"`
-	SendBurst int     `mapstructure:"send_burst"`
+	// RateLimit is the client front door's request limits, shared by
+	// every logic process through Redis.
+	RateLimit RateLimit `mapstructure:"rate_limit"`
 	// RecallWindow is how long after sending the sender may recall a
 	// message.
 	RecallWindow time.Duration `mapstructure:"recall_window"`
@@ -203,6 +218,38 @@ type Logic struct {
 	// sends as (SendMessage with system: true): messages show it as their
 	// sender, so it must be an id the business never gives a person.
 	SystemUserID int64 `mapstructure:"system_user_id"`
+}
+
+// RateLimit configures logic.rate_limit: a bucket per device and one per
+// client address for each class of client command, and the block of an
+// address that keeps failing AUTH (docs/decisions.md 64).
+type RateLimit struct {
+	// Enabled turns every limit of the section on or off at once.
+	Enabled bool `mapstructure:"enabled"`
+	// Auth is AUTH; Send SEND_MESSAGE and GENERATE_MSG_ID; Sync
+	// SYNC_INBOX and SYNC_MESSAGES; Edit READ_MESSAGE, RECALL_MESSAGE,
+	// DELETE_MESSAGE, CONVERSATION_SETTINGS, RELATION and GROUP.
+	Auth RateClass `mapstructure:"auth"`
+	Send RateClass `mapstructure:"send"`
+	Sync RateClass `mapstructure:"sync"`
+	Edit RateClass `mapstructure:"edit"`
+	// AuthFailures failed AUTHs (bad, expired, forged or revoked tokens)
+	// from one address within AuthFailureWindow block AUTH from that
+	// address for AuthBlock. Never the user: a valid device on another
+	// address keeps logging in. 0 turns the block off.
+	AuthFailures      int           `mapstructure:"auth_failures"`
+	AuthFailureWindow time.Duration `mapstructure:"auth_failure_window"`
+	AuthBlock         time.Duration `mapstructure:"auth_block"`
+}
+
+// RateClass is the two token buckets of one command class: requests a
+// second and burst, per device (user and device id) and per client
+// address. A rate of 0 turns that bucket off.
+type RateClass struct {
+	DeviceRate  float64 `mapstructure:"device_rate"`
+	DeviceBurst int     `mapstructure:"device_burst"`
+	IPRate      float64 `mapstructure:"ip_rate"`
+	IPBurst     int     `mapstructure:"ip_burst"`
 }
 
 // The values of logic.p2p_policy.
@@ -268,41 +315,69 @@ var defaults = map[string]any{
 	"gate.wss_addr":                 "",
 	"gate.ws_real_ip_header":        "",
 	"gate.proxy_protocol_listeners": []string{},
-	"logic.grpc_addr":               "127.0.0.1:9000",
-	"logic.admin_addr":              "127.0.0.1:9020",
-	"logic.machine_id":              1,
-	"logic.mysql.dsn":               "root@tcp(127.0.0.1:3306)/spark_im?parseTime=true&loc=UTC",
-	"logic.mysql.max_open_conns":    64,
-	"logic.mysql.max_idle_conns":    64,
-	"logic.redis.addr":              "127.0.0.1:6379",
-	"logic.redis.password":          "",
-	"logic.redis.db":                0,
-	"logic.redis.pool_size":         64,
-	"logic.jwt_secret":              "",
-	"logic.token_ttl":               7 * 24 * time.Hour,
-	"logic.api_keys":                []string{},
-	"logic.msg_id_window":           5 * time.Minute,
-	"logic.enqueue_retries":         3,
-	"logic.send_rate":               100.0,
-	"logic.send_burst":              400,
-	"logic.recall_window":           2 * time.Minute,
-	"logic.commit_workers":          4, // = message.DefaultCommitWorkers
-	"logic.commit_batch":            64,
-	"logic.group_max_members":       10000,
-	"logic.max_frame_size":          64 << 10,
-	"logic.p2p_policy":              P2POpen,
-	"logic.system_user_id":          1,
-	"deliver.id":                    "deliver-1",
-	"deliver.admin_addr":            "127.0.0.1:9040",
-	"deliver.redis.addr":            "127.0.0.1:6379",
-	"deliver.redis.password":        "",
-	"deliver.redis.db":              0,
-	"deliver.redis.pool_size":       32,
-	"deliver.batch_size":            64,
-	"deliver.lease_ttl":             10 * time.Second,
-	"deliver.push_timeout":          3 * time.Second,
-	"deliver.logic_addrs":           []string{"127.0.0.1:9000"},
-	"deliver.logic_timeout":         2 * time.Second,
+	// 5,000 is over twice what one bench source address holds on one gate
+	// in the long profile (50,000 connections over 8 addresses and 3
+	// gates), and a tenth of the 50,000 a gate is sized for.
+	"gate.max_conns_per_ip":       5000,
+	"gate.max_unauthenticated":    10000,
+	"gate.preauth_max_frame_size": 4 << 10,
+	"logic.grpc_addr":             "127.0.0.1:9000",
+	"logic.admin_addr":            "127.0.0.1:9020",
+	"logic.machine_id":            1,
+	"logic.mysql.dsn":             "root@tcp(127.0.0.1:3306)/spark_im?parseTime=true&loc=UTC",
+	"logic.mysql.max_open_conns":  64,
+	"logic.mysql.max_idle_conns":  64,
+	"logic.redis.addr":            "127.0.0.1:6379",
+	"logic.redis.password":        "",
+	"logic.redis.db":              0,
+	"logic.redis.pool_size":       64,
+	"logic.jwt_secret":            "",
+	"logic.token_ttl":             7 * 24 * time.Hour,
+	"logic.api_keys":              []string{},
+	"logic.msg_id_window":         5 * time.Minute,
+	"logic.enqueue_retries":       3,
+	// Rate limits (docs/decisions.md 64): per device a human's pace with
+	// room for a catch-up burst; per address a flood guard sized for many
+	// users behind one NAT, and above what the bench sends through each of
+	// its 8 loopback addresses at this machine's ceiling.
+	"logic.rate_limit.enabled":             true,
+	"logic.rate_limit.auth.device_rate":    1.0,
+	"logic.rate_limit.auth.device_burst":   30,
+	"logic.rate_limit.auth.ip_rate":        200.0,
+	"logic.rate_limit.auth.ip_burst":       10000,
+	"logic.rate_limit.send.device_rate":    100.0,
+	"logic.rate_limit.send.device_burst":   400,
+	"logic.rate_limit.send.ip_rate":        5000.0,
+	"logic.rate_limit.send.ip_burst":       20000,
+	"logic.rate_limit.sync.device_rate":    100.0,
+	"logic.rate_limit.sync.device_burst":   1000,
+	"logic.rate_limit.sync.ip_rate":        2000.0,
+	"logic.rate_limit.sync.ip_burst":       20000,
+	"logic.rate_limit.edit.device_rate":    50.0,
+	"logic.rate_limit.edit.device_burst":   500,
+	"logic.rate_limit.edit.ip_rate":        1000.0,
+	"logic.rate_limit.edit.ip_burst":       10000,
+	"logic.rate_limit.auth_failures":       10,
+	"logic.rate_limit.auth_failure_window": 5 * time.Minute,
+	"logic.rate_limit.auth_block":          5 * time.Minute,
+	"logic.recall_window":                  2 * time.Minute,
+	"logic.commit_workers":                 4, // = message.DefaultCommitWorkers
+	"logic.commit_batch":                   64,
+	"logic.group_max_members":              10000,
+	"logic.max_frame_size":                 64 << 10,
+	"logic.p2p_policy":                     P2POpen,
+	"logic.system_user_id":                 1,
+	"deliver.id":                           "deliver-1",
+	"deliver.admin_addr":                   "127.0.0.1:9040",
+	"deliver.redis.addr":                   "127.0.0.1:6379",
+	"deliver.redis.password":               "",
+	"deliver.redis.db":                     0,
+	"deliver.redis.pool_size":              32,
+	"deliver.batch_size":                   64,
+	"deliver.lease_ttl":                    10 * time.Second,
+	"deliver.push_timeout":                 3 * time.Second,
+	"deliver.logic_addrs":                  []string{"127.0.0.1:9000"},
+	"deliver.logic_timeout":                2 * time.Second,
 }
 
 // Load reads path (empty: defaults and environment only) and applies the
@@ -344,6 +419,12 @@ func Load(path string) (*Config, error) {
 		}
 	}
 	if err := validateWS(c.Gate); err != nil {
+		return nil, err
+	}
+	if err := validateGateLimits(c.Gate); err != nil {
+		return nil, err
+	}
+	if err := validateRateLimit(c.Logic.RateLimit); err != nil {
 		return nil, err
 	}
 	if c.Queue.Partitions < 1 {
@@ -411,6 +492,50 @@ func validateWS(g Gate) error {
 		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
 			return fmt.Errorf("config: gate.ws_allowed_origins %q: want scheme://host[:port]", o)
 		}
+	}
+	return nil
+}
+
+// validateGateLimits checks the gate's connection caps and the pre-AUTH
+// frame limit.
+func validateGateLimits(g Gate) error {
+	if g.MaxConnsPerIP < 0 || g.MaxUnauthenticated < 0 {
+		return fmt.Errorf("config: gate.max_conns_per_ip (%d) and gate.max_unauthenticated (%d) must be 0 (off) or positive",
+			g.MaxConnsPerIP, g.MaxUnauthenticated)
+	}
+	// An AUTH frame is the 23-byte header and a JSON body with a token
+	// of a few hundred bytes: below 256 no client could log in.
+	if g.PreAuthMaxFrameSize < 256 || (g.MaxFrameSize > 0 && g.PreAuthMaxFrameSize > g.MaxFrameSize) {
+		return fmt.Errorf("config: gate.preauth_max_frame_size %d must be between 256 and gate.max_frame_size (%d)",
+			g.PreAuthMaxFrameSize, g.MaxFrameSize)
+	}
+	return nil
+}
+
+// validateRateLimit checks logic.rate_limit: a bucket that is on needs a
+// burst of at least one request, and the AUTH failure block needs its
+// window and duration.
+func validateRateLimit(r RateLimit) error {
+	for _, c := range []struct {
+		name string
+		rc   RateClass
+	}{{"auth", r.Auth}, {"send", r.Send}, {"sync", r.Sync}, {"edit", r.Edit}} {
+		for _, b := range []struct {
+			scope string
+			rate  float64
+			burst int
+		}{{"device", c.rc.DeviceRate, c.rc.DeviceBurst}, {"ip", c.rc.IPRate, c.rc.IPBurst}} {
+			if b.rate < 0 || (b.rate > 0 && b.burst < 1) {
+				return fmt.Errorf("config: logic.rate_limit.%s.%s_rate %v needs %s_burst ≥ 1 (got %d); a rate of 0 turns the bucket off",
+					c.name, b.scope, b.rate, b.scope, b.burst)
+			}
+		}
+	}
+	if r.AuthFailures < 0 {
+		return fmt.Errorf("config: logic.rate_limit.auth_failures %d must be 0 (off) or positive", r.AuthFailures)
+	}
+	if r.AuthFailures > 0 && (r.AuthFailureWindow <= 0 || r.AuthBlock <= 0) {
+		return errors.New("config: logic.rate_limit.auth_failure_window and auth_block must be positive when auth_failures is set")
 	}
 	return nil
 }

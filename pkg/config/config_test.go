@@ -177,3 +177,62 @@ func TestLoadWSSAndProxyListeners(t *testing.T) {
 		})
 	}
 }
+
+// The rate limits and gate caps have working defaults, every key is
+// reachable from the environment, and a bucket that is on without a burst
+// (or a negative cap) is refused at load rather than limiting nothing.
+func TestLoadRateLimits(t *testing.T) {
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := c.Logic.RateLimit
+	defaults := []struct {
+		name      string
+		got, want any
+	}{
+		{"on by default", rl.Enabled, true},
+		{"send per device", rl.Send, RateClass{DeviceRate: 100, DeviceBurst: 400, IPRate: 5000, IPBurst: 20000}},
+		{"auth per device", rl.Auth, RateClass{DeviceRate: 1, DeviceBurst: 30, IPRate: 200, IPBurst: 10000}},
+		{"auth failures", rl.AuthFailures, 10},
+		{"auth failure window", rl.AuthFailureWindow, 5 * time.Minute},
+		{"auth block", rl.AuthBlock, 5 * time.Minute},
+		{"conns per ip", c.Gate.MaxConnsPerIP, 5000},
+		{"unauthenticated", c.Gate.MaxUnauthenticated, 10000},
+		{"pre-auth frame", c.Gate.PreAuthMaxFrameSize, 4096},
+	}
+	for _, tt := range defaults {
+		if tt.got != tt.want {
+			t.Errorf("%s: got %+v want %+v", tt.name, tt.got, tt.want)
+		}
+	}
+	t.Setenv("IM_LOGIC_RATE_LIMIT_SYNC_IP_RATE", "7.5")
+	t.Setenv("IM_LOGIC_RATE_LIMIT_EDIT_DEVICE_BURST", "9")
+	t.Setenv("IM_LOGIC_RATE_LIMIT_AUTH_BLOCK", "30s")
+	t.Setenv("IM_GATE_MAX_CONNS_PER_IP", "0")
+	if c, err = Load(""); err != nil {
+		t.Fatal(err)
+	}
+	if c.Logic.RateLimit.Sync.IPRate != 7.5 || c.Logic.RateLimit.Edit.DeviceBurst != 9 || c.Logic.RateLimit.AuthBlock != 30*time.Second || c.Gate.MaxConnsPerIP != 0 {
+		t.Fatalf("env overrides not applied: %+v, max_conns_per_ip %d", c.Logic.RateLimit, c.Gate.MaxConnsPerIP)
+	}
+	refused := []struct {
+		name, key, value string
+	}{
+		{"rate without burst", "IM_LOGIC_RATE_LIMIT_SEND_IP_BURST", "0"},
+		{"negative rate", "IM_LOGIC_RATE_LIMIT_AUTH_DEVICE_RATE", "-1"},
+		{"negative failures", "IM_LOGIC_RATE_LIMIT_AUTH_FAILURES", "-1"},
+		{"block without duration", "IM_LOGIC_RATE_LIMIT_AUTH_BLOCK", "0s"},
+		{"negative conn cap", "IM_GATE_MAX_UNAUTHENTICATED", "-5"},
+		{"pre-auth frame too small for a token", "IM_GATE_PREAUTH_MAX_FRAME_SIZE", "100"},
+		{"pre-auth frame over max_frame_size", "IM_GATE_PREAUTH_MAX_FRAME_SIZE", "100000"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			if _, err := Load(""); err == nil {
+				t.Fatalf("%s=%s accepted", tt.key, tt.value)
+			}
+		})
+	}
+}

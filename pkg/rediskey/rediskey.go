@@ -52,3 +52,27 @@ func Partition(conversationID int64, partitions int) int {
 	}
 	return int(p)
 }
+
+// The rate-limit keys (logic/internal/ratelimit) share the client
+// address's hash tag, so one script checks a request's device and address
+// buckets atomically on a Redis Cluster too; a device's bucket is thus
+// per (address, device), which is per device while it stays on one
+// address. addr is an ipkey.Of key.
+
+// RateIP is the token bucket (GCRA theoretical arrival time) of a command
+// class for one client address.
+func RateIP(addr, class string) string { return Prefix + "rl:{" + addr + "}:" + class }
+
+// RateDevice is the token bucket of a command class for one user's device
+// on one client address.
+func RateDevice(addr, class string, userID int64, deviceID string) string {
+	return Prefix + "rl:{" + addr + "}:" + class + ":" + strconv.FormatInt(userID, 10) + ":" + deviceID
+}
+
+// AuthFailures counts the failed AUTHs of a client address in the current
+// window.
+func AuthFailures(addr string) string { return Prefix + "rl:{" + addr + "}:authfail" }
+
+// AuthBlock exists, with a TTL, while AUTH from a client address is
+// blocked after too many failures.
+func AuthBlock(addr string) string { return Prefix + "rl:{" + addr + "}:authblock" }

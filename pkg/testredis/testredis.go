@@ -28,6 +28,7 @@
 // |  9 | deliver/internal/service    | yes     |
 // | 10 | logic/internal/api          | yes     |
 // | 11 | logic/internal/notify       | yes     |
+// | 12 | logic/internal/ratelimit    | yes     |
 // | –  | deliver/internal/service outage_test, tests/e2e, bench: private redis-server |
 package testredis
 
@@ -54,6 +55,8 @@ const (
 	ServiceDB  = 9
 	APIDB      = 10
 	NotifyDB   = 11
+	// RateLimitDB is logic/internal/ratelimit's.
+	RateLimitDB = 12
 )
 
 // AddrEnv names the environment variable that overrides DefaultAddr.

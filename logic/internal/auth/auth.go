@@ -44,10 +44,19 @@ type Kicker interface {
 }
 
 // Conn names a client connection: the gate (from the stream's Hello) and
-// the gate's connection id.
+// the gate's connection id, and the client's address as the gate knows it.
 type Conn struct {
 	GateID string
 	ConnID uint64
+	RealIP string
+}
+
+// Admission is a front door's per-device AUTH limit, asked once the token
+// is verified and before any store lookup (a *ratelimit.Limiter): only a
+// verified token names the device, so nobody can spend someone else's
+// device's logins, and a refused AUTH costs no MySQL.
+type Admission interface {
+	AdmitDevice(ctx context.Context, realIP string, userID int64, deviceID string) error
 }
 
 // Mailbox records mailbox events (a *mailbox.Service).
@@ -62,6 +71,7 @@ type Service struct {
 	secret  []byte
 	kicker  Kicker
 	mailbox Mailbox
+	admit   Admission
 	log     *zap.Logger
 	now     func() time.Time
 
@@ -81,6 +91,10 @@ func New(st *store.Store, rdb redis.Cmdable, secret []byte, kicker Kicker, log *
 // learns why even when the KICK push did not reach it.
 func (s *Service) RecordKicks(mb Mailbox) { s.mailbox = mb }
 
+// LimitDevices makes AUTH ask a before it reads the user row; its error
+// (a 42901) is AUTH's answer.
+func (s *Service) LimitDevices(a Admission) { s.admit = a }
+
 // Auth authenticates conn with an AUTH request. On success it returns the
 // session to bind and the reply; errors are *errcode.Error (40101 means the
 // gate should close the connection).
@@ -98,6 +112,11 @@ func (s *Service) Auth(ctx context.Context, conn Conn, req protocol.AuthRequest)
 	}
 	if claims.DeviceID != "" && claims.DeviceID != req.DeviceID {
 		return nil, nil, errcode.New(errcode.BadToken, "token is for another device")
+	}
+	if s.admit != nil {
+		if err := s.admit.AdmitDevice(ctx, conn.RealIP, claims.UserID, req.DeviceID); err != nil {
+			return nil, nil, err
+		}
 	}
 	u, err := s.user(ctx, claims.UserID, now)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,11 +49,13 @@ type Handler struct {
 	// changes to sync.
 	Notifier notify.Notifier
 	IDs      message.IDs
-	// SendLimit limits SEND_MESSAGE per (user, device) at this front door;
-	// nil allows everything.
-	SendLimit *ratelimit.Limiter
-	Log       *zap.Logger
-	Metrics   *metrics.Metrics
+	// Limits are this front door's rate limits (per device and per client
+	// address, shared by every logic process through Redis), checked
+	// before a request does any other work, so a refused one costs no
+	// MySQL; nil allows everything.
+	Limits  *ratelimit.Limiter
+	Log     *zap.Logger
+	Metrics *metrics.Metrics
 	// Timeout bounds one request (default DefaultRequestTimeout).
 	Timeout time.Duration
 
@@ -98,10 +101,24 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 
 	sess := req.Session
 	authed := sess != nil && sess.UserId > 0
+	if authed && req.Command != uint32(protocol.CmdAuth) && req.Command <= math.MaxUint16 {
+		if class, ok := ratelimit.ClassOf(uint16(req.Command)); ok {
+			if err = h.Limits.Allow(ctx, class, req.RealIp, sess.UserId, sess.DeviceId); err != nil {
+				return resp
+			}
+		}
+	}
 	switch cmd := req.Command; {
 	case cmd == uint32(protocol.CmdAuth):
 		if authed {
 			err = errcode.New(errcode.InvalidArgument, "already authenticated")
+			return resp
+		}
+		// A blocked or flooding address is refused before its token is
+		// even looked at; the refused connection is closed, like a bad
+		// token's, and the client comes back after retry_after_ms.
+		if err = h.Limits.AdmitAuth(ctx, req.RealIp); err != nil {
+			resp.Close = true
 			return resp
 		}
 		var areq protocol.AuthRequest
@@ -110,9 +127,13 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		}
 		var bind *logicv1.Session
 		var reply *protocol.AuthReply
-		bind, reply, err = h.Auth.Auth(ctx, auth.Conn{GateID: gateID, ConnID: req.ConnId}, areq)
+		bind, reply, err = h.Auth.Auth(ctx, auth.Conn{GateID: gateID, ConnID: req.ConnId, RealIP: req.RealIp}, areq)
 		if err != nil {
-			if c, _ := errcode.Of(err); c == errcode.BadToken {
+			switch c, _ := errcode.Of(err); c {
+			case errcode.BadToken:
+				resp.Close = true
+				h.Limits.AuthFailed(ctx, req.RealIp)
+			case errcode.RateLimited:
 				resp.Close = true
 			}
 			return resp
@@ -130,10 +151,6 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		}
 		data, err = protocol.Marshal(protocol.MsgIDReply{MsgID: jsonid.ID(id)})
 	case cmd == uint32(protocol.CmdSendMessage):
-		if h.SendLimit != nil && !h.SendLimit.Allow(sess.UserId, sess.DeviceId, time.Now()) {
-			err = errcode.New(errcode.RateLimited, "too many messages, slow down")
-			return resp
-		}
 		var sreq protocol.SendRequest
 		if err = decode(req.Body, &sreq, "invalid JSON body"); err != nil {
 			return resp
@@ -238,7 +255,7 @@ func (h *Handler) finish(req *logicv1.Request, gateID string, resp *logicv1.Resp
 	if err != nil {
 		var msg string
 		code, msg = errcode.Of(err)
-		resp.Body = envelope.Fail(rid, code, msg)
+		resp.Body = envelope.FailRetry(rid, code, msg, errcode.RetryAfterOf(err))
 		resp.Command = req.Command
 		resp.Bind = nil
 	} else {

@@ -8,9 +8,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/gateway"
+	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
+	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -154,12 +160,15 @@ func TestCommandsNeedSession(t *testing.T) {
 	}
 }
 
-// The send limit is the client front door's: SEND_MESSAGE per (user,
-// device) past the burst is 42901 before the body is even read; another
-// device of the same user has its own bucket.
+// The limits are the client front door's: SEND_MESSAGE per (user, device)
+// past the burst is 42901 with retry_after_ms before the body is even
+// read; GENERATE_MSG_ID draws from the same bucket; another device of the
+// same user has its own bucket.
 func TestSendRateLimitPerDevice(t *testing.T) {
 	e := newEnv(t, 33)
-	e.handler.SendLimit = ratelimit.New(1, 3)
+	var cfg ratelimit.Config
+	cfg.Classes[ratelimit.Send] = ratelimit.Limits{Device: ratelimit.Bucket{Rate: 1, Burst: 3}}
+	e.handler.Limits = ratelimit.New(e.rdb, cfg, nil, nil)
 	ctx := context.Background()
 	from, to := testenv.RandomUserID(), testenv.RandomUserID()
 	now := time.Now()
@@ -168,21 +177,126 @@ func TestSendRateLimitPerDevice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	send := func(device string, i int) errcode.Code {
+	ip := fmt.Sprintf("10.33.%d.%d", from%250, to%250)
+	request := func(device string, cmd uint32, body []byte) envelope.Response {
+		resp := e.handler.Handle(ctx, "gate-x", &logicv1.Request{ConnId: 1, RealIp: ip, Session: &logicv1.Session{UserId: from, DeviceId: device}, Command: cmd, Body: body})
+		return decode(t, resp.Body)
+	}
+	send := func(device string, i int) envelope.Response {
 		b, _ := json.Marshal(map[string]any{"to_user_id": fmt.Sprint(to), "client_msg_id": fmt.Sprint(device, i), "message_type": 1,
 			"content": map[string]any{"t": 1, "text": "x"}})
-		resp := e.handler.Handle(ctx, "gate-x", &logicv1.Request{ConnId: 1, Session: &logicv1.Session{UserId: from, DeviceId: device}, Command: 4, Body: b})
-		return decode(t, resp.Body).Code
+		return request(device, 4, b)
 	}
 	var codes []errcode.Code
-	for i := 0; i < 5; i++ {
-		codes = append(codes, send("d", i))
+	for i := 0; i < 2; i++ {
+		codes = append(codes, send("d", i).Code)
 	}
+	codes = append(codes, request("d", 3, nil).Code) // GENERATE_MSG_ID: the third token
+	over := send("d", 3)
+	codes = append(codes, over.Code, request("d", 4, []byte("not json")).Code)
 	want := []errcode.Code{"0", "0", "0", errcode.RateLimited, errcode.RateLimited}
 	if fmt.Sprint(codes) != fmt.Sprint(want) {
 		t.Fatalf("codes %v, want %v", codes, want)
 	}
-	if c := send("d2", 0); c != errcode.OK {
+	var hint envelope.RetryAfter
+	if err := json.Unmarshal(over.Data, &hint); err != nil || hint.RetryAfterMs <= 0 || hint.RetryAfterMs > 1000 {
+		t.Fatalf("42901 data %s: want retry_after_ms in (0, 1000]", over.Data)
+	}
+	if c := send("d2", 0).Code; c != errcode.OK {
 		t.Fatalf("another device: %s", c)
+	}
+}
+
+// A request over its limit is refused before any store call: with MySQL
+// gone, the first request of a burst of one fails on the store (5xx), the
+// next is 42901, for SEND and for AUTH (per device, after the token).
+func TestOverLimitCostsNoMySQL(t *testing.T) {
+	e := newEnv(t, 34)
+	dsn, _ := testenv.MySQL(t)
+	gone, err := store.Open(dsn, 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = gone.Close()
+	st := store.New(gone)
+	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: 34})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg ratelimit.Config
+	cfg.Classes[ratelimit.Send] = ratelimit.Limits{Device: ratelimit.Bucket{Rate: 0.1, Burst: 1}}
+	cfg.Classes[ratelimit.Auth] = ratelimit.Limits{Device: ratelimit.Bucket{Rate: 0.1, Burst: 1}}
+	lim := ratelimit.New(e.rdb, cfg, nil, nil)
+	a := auth.New(st, e.rdb, secret, nil, nil)
+	a.LimitDevices(lim)
+	h := &gateway.Handler{Auth: a, Send: message.New(st, e.rdb, gen, message.Config{MsgIDWindow: time.Minute, EnqueueRetries: 1, Partitions: 4}, nil, nil),
+		IDs: gen, Limits: lim}
+	t.Cleanup(h.Send.Close)
+	ctx := context.Background()
+	uid := testenv.RandomUserID()
+	ip := fmt.Sprintf("10.34.%d.%d", uid%250, uid/250%250)
+	sendBody, _ := json.Marshal(map[string]any{"to_user_id": "5", "client_msg_id": "c", "message_type": 1, "content": map[string]any{"t": 1, "text": "x"}})
+	tok := mint(t, secret, uid, "", time.Hour, time.Now())
+	steps := []struct {
+		name    string
+		req     *logicv1.Request
+		want5xx bool
+	}{
+		{"send reaches the store", &logicv1.Request{ConnId: 1, RealIp: ip, Session: &logicv1.Session{UserId: uid, DeviceId: "d"}, Command: 4, Body: sendBody}, true},
+		{"send over the limit", &logicv1.Request{ConnId: 1, RealIp: ip, Session: &logicv1.Session{UserId: uid, DeviceId: "d"}, Command: 4, Body: sendBody}, false},
+		{"auth reaches the store", &logicv1.Request{ConnId: 2, RealIp: ip, Command: 1, Body: authBody(tok, "d")}, true},
+		{"auth over the device limit", &logicv1.Request{ConnId: 3, RealIp: ip, Command: 1, Body: authBody(tok, "d")}, false},
+	}
+	for _, s := range steps {
+		r := decode(t, h.Handle(ctx, "gate-x", s.req).Body)
+		if s.want5xx {
+			if !strings.HasPrefix(string(r.Code), "5") {
+				t.Fatalf("%s: code %s, want a 5xx from the closed store", s.name, r.Code)
+			}
+			continue
+		}
+		if r.Code != errcode.RateLimited {
+			t.Fatalf("%s: code %s (%s), want 42901 without touching the store", s.name, r.Code, r.Msg)
+		}
+	}
+}
+
+// Failed AUTHs count against the address: at the threshold an AUTH from
+// it is refused with 42901 and closed, even with a valid token (which is
+// not looked at); the same user's device on another address logs in.
+func TestAuthFailuresBlockTheAddressNotTheUser(t *testing.T) {
+	e := newEnv(t, 35)
+	cfg := ratelimit.Config{AuthFailures: 3, AuthFailureWindow: time.Minute, AuthBlock: time.Minute}
+	e.handler.Limits = ratelimit.New(e.rdb, cfg, nil, nil)
+	ctx := context.Background()
+	uid := testenv.RandomUserID()
+	if err := e.st.EnsureUser(ctx, uid, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	bad, other := fmt.Sprintf("10.35.%d.1", uid%250), fmt.Sprintf("10.35.%d.2", uid%250)
+	good := mint(t, secret, uid, "", time.Hour, time.Now())
+	forged := mint(t, []byte("not-the-secret"), uid, "", time.Hour, time.Now())
+	expired := mint(t, secret, uid, "", time.Minute, time.Now().Add(-time.Hour))
+	auth := func(conn uint64, ip, tok, device string) (*logicv1.Response, envelope.Response) {
+		resp := e.handler.Handle(ctx, "gate-x", &logicv1.Request{ConnId: conn, RealIp: ip, Command: 1, Body: authBody(tok, device)})
+		return resp, decode(t, resp.Body)
+	}
+	for i, tok := range []string{forged, expired, "garbage"} {
+		resp, r := auth(uint64(10+i), bad, tok, "phone")
+		if r.Code != errcode.BadToken || !resp.Close {
+			t.Fatalf("failure %d: code %s close %v", i+1, r.Code, resp.Close)
+		}
+	}
+	resp, r := auth(20, bad, good, "phone")
+	if r.Code != errcode.RateLimited || !resp.Close || resp.Bind != nil {
+		t.Fatalf("valid token from the blocked address: code %s close %v bind %v, want 42901, closed, unbound", r.Code, resp.Close, resp.Bind)
+	}
+	var hint envelope.RetryAfter
+	if err := json.Unmarshal(r.Data, &hint); err != nil || hint.RetryAfterMs <= 0 || hint.RetryAfterMs > 60000 {
+		t.Fatalf("blocked data %s: want retry_after_ms within the 1 min block", r.Data)
+	}
+	resp, r = auth(21, other, good, "tablet")
+	if r.Code != errcode.OK || resp.Bind == nil || resp.Bind.UserId != uid {
+		t.Fatalf("the user's device on another address: code %s (%s)", r.Code, r.Msg)
 	}
 }

@@ -1,35 +1,390 @@
 package ratelimit
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/testredis"
 )
 
-func TestLimiterBucketPerDevice(t *testing.T) {
-	t0 := time.Unix(1_700_000_000, 0)
+// nextAddr gives every test its own client address, so tests never share a
+// bucket in the shared test DB.
+var nextAddr atomic.Int32
+
+func freshAddr() string { return fmt.Sprintf("10.9.%d.%d", nextAddr.Add(1)/250, nextAddr.Load()%250+1) }
+
+// limited reports whether err is a 42901 and its retry-after.
+func limited(t *testing.T, err error) (bool, time.Duration) {
+	t.Helper()
+	if err == nil {
+		return false, 0
+	}
+	if c, _ := errcode.Of(err); c != errcode.RateLimited {
+		t.Fatalf("error %v: want nil or 42901", err)
+	}
+	return true, errcode.RetryAfterOf(err)
+}
+
+func classConfig(c Class, l Limits) Config {
+	var cfg Config
+	cfg.Classes[c] = l
+	return cfg
+}
+
+// Each class's buckets refuse the request past the burst with 42901 and a
+// retry-after no longer than one emission interval, and take it again once
+// that time has passed.
+func TestThresholdRetryAfterAndRecovery(t *testing.T) {
+	rdb := testredis.Open(t, testredis.RateLimitDB)
+	ctx := context.Background()
 	tests := []struct {
-		name   string
-		rate   float64
-		burst  int
-		calls  []time.Duration // offsets from t0, all for user 1 device "a"
-		want   []bool
-		others bool // a call by device "b" at the end is allowed
+		name      string
+		class     Class
+		limits    Limits
+		burst     int
+		interval  time.Duration
+		wantScope string
+		wantMsg   string
 	}{
-		{"burst then refused", 1, 3, []time.Duration{0, 0, 0, 0}, []bool{true, true, true, false}, true},
-		{"refills at rate", 2, 1, []time.Duration{0, 0, 500 * time.Millisecond, 600 * time.Millisecond}, []bool{true, false, true, false}, true},
-		{"disabled when rate is 0", 0, 1, []time.Duration{0, 0, 0}, []bool{true, true, true}, true},
+		{"send per device", Send, Limits{Device: Bucket{20, 3}}, 3, 50 * time.Millisecond, scopeDevice, "too many messages from this device"},
+		{"send per address", Send, Limits{IP: Bucket{20, 4}}, 4, 50 * time.Millisecond, scopeIP, "too many messages from this address"},
+		{"sync per device", Sync, Limits{Device: Bucket{10, 2}, IP: Bucket{1000, 100}}, 2, 100 * time.Millisecond, scopeDevice, "too many sync requests"},
+		{"edit per address under a looser device bucket", Edit, Limits{Device: Bucket{1000, 100}, IP: Bucket{25, 5}}, 5, 40 * time.Millisecond, scopeIP, "from this address"},
+		{"auth per device", Auth, Limits{Device: Bucket{20, 2}}, 2, 50 * time.Millisecond, scopeDevice, "too many logins from this device"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := New(tt.rate, tt.burst)
-			for i, d := range tt.calls {
-				if got := l.Allow(1, "a", t0.Add(d)); got != tt.want[i] {
-					t.Fatalf("call %d at +%v: allowed %v, want %v", i, d, got, tt.want[i])
+			l := New(rdb, classConfig(tt.class, tt.limits), nil, nil)
+			ip := freshAddr()
+			allow := func() error {
+				if tt.class == Auth {
+					return l.AdmitDevice(ctx, ip, 7, "phone")
+				}
+				return l.Allow(ctx, tt.class, ip, 7, "phone")
+			}
+			start := time.Now()
+			for i := 0; i < tt.burst; i++ {
+				if err := allow(); err != nil {
+					t.Fatalf("request %d of the burst: %v", i+1, err)
 				}
 			}
-			if got := l.Allow(1, "b", t0.Add(tt.calls[len(tt.calls)-1])); got != tt.others {
-				t.Fatalf("another device: allowed %v", got)
+			err := allow()
+			over, retry := limited(t, err)
+			elapsed := time.Since(start)
+			if !over {
+				t.Fatalf("request %d past a burst of %d allowed", tt.burst+1, tt.burst)
+			}
+			if _, msg := errcode.Of(err); !strings.Contains(msg, tt.wantMsg) {
+				t.Fatalf("message %q, want it to contain %q", msg, tt.wantMsg)
+			}
+			// The bucket frees one token an interval after the burst
+			// began: the hint is that interval less the time spent.
+			if retry <= 0 || retry > tt.interval+time.Millisecond || retry < tt.interval-elapsed-time.Millisecond {
+				t.Fatalf("retry-after %v, want within (%v - %v elapsed, %v]", retry, tt.interval, elapsed, tt.interval)
+			}
+			if got := testutil.ToFloat64(l.m.limited[tt.class][scopeIndex(tt.wantScope)]); got != 1 {
+				t.Fatalf("limited{%s,%s} = %v, want 1", tt.class, tt.wantScope, got)
+			}
+			// Refusals take no token: asking again at once is still
+			// refused with about the same wait, not a longer one.
+			if over, again := limited(t, allow()); !over || again > retry {
+				t.Fatalf("second refusal: limited %v, retry %v (first %v)", over, again, retry)
+			}
+			time.Sleep(retry)
+			if err := allow(); err != nil {
+				t.Fatalf("after waiting the retry-after %v: %v", retry, err)
+			}
+			if over, _ := limited(t, allow()); !over {
+				t.Fatal("one token came back, but two requests passed")
 			}
 		})
+	}
+}
+
+// Two limiters (two logic processes, each with its own Redis client) draw
+// from one bucket: together they get the burst, not twice it.
+func TestTwoLimitersShareOneBucket(t *testing.T) {
+	cfg := classConfig(Send, Limits{Device: Bucket{1, 6}, IP: Bucket{1, 10}})
+	a := New(testredis.Open(t, testredis.RateLimitDB), cfg, nil, nil)
+	b := New(testredis.Open(t, testredis.RateLimitDB), cfg, nil, nil)
+	ctx := context.Background()
+	ip := freshAddr()
+	passed := 0
+	for i := 0; i < 12; i++ {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		if err := l.Allow(ctx, Send, ip, 1, "d"); err == nil {
+			passed++
+		}
+	}
+	if passed != 6 {
+		t.Fatalf("%d of 12 requests through two limiters passed, want the one burst of 6", passed)
+	}
+	// The address's bucket is shared by the user's other devices and
+	// other users on the address, across both processes: 6 taken, 4 left.
+	passed = 0
+	for i := 0; i < 8; i++ {
+		l := a
+		if i%2 == 1 {
+			l = b
+		}
+		if err := l.Allow(ctx, Send, ip, int64(100+i), "d"); err == nil {
+			passed++
+		}
+	}
+	if passed != 4 {
+		t.Fatalf("other devices on the address: %d passed, want the 4 left of its burst of 10", passed)
+	}
+	if err := a.Allow(ctx, Send, freshAddr(), 1, "d"); err != nil {
+		t.Fatalf("the same device on another address: %v", err)
+	}
+}
+
+// A request refused by one of its buckets takes no token from the other.
+func TestRefusalTakesNothing(t *testing.T) {
+	l := New(testredis.Open(t, testredis.RateLimitDB), classConfig(Edit, Limits{Device: Bucket{0.5, 1}, IP: Bucket{0.5, 3}}), nil, nil)
+	ctx := context.Background()
+	ip := freshAddr()
+	steps := []struct {
+		device string
+		want   bool // allowed
+	}{
+		{"a", true},  // device a: 1/1, address: 1/3
+		{"a", false}, // device a empty: the address keeps its token
+		{"a", false},
+		{"b", true}, // address 2/3
+		{"c", true}, // address 3/3
+		{"d", false},
+	}
+	for i, s := range steps {
+		over, _ := limited(t, l.Allow(ctx, Edit, ip, 9, s.device))
+		if over == s.want {
+			t.Fatalf("step %d device %s: allowed %v, want %v", i, s.device, !over, s.want)
+		}
+	}
+}
+
+// Failed AUTHs block their address at the threshold, for the block's
+// time: AdmitAuth then refuses at once with the block's remaining time,
+// while another address, and the same user's device on it, pass.
+func TestAuthFailuresBlockTheAddress(t *testing.T) {
+	rdb := testredis.Open(t, testredis.RateLimitDB)
+	cfg := Config{AuthFailures: 3, AuthFailureWindow: time.Minute, AuthBlock: 400 * time.Millisecond}
+	cfg.Classes[Auth] = Limits{Device: Bucket{100, 100}, IP: Bucket{100, 100}}
+	l := New(rdb, cfg, nil, nil)
+	ctx := context.Background()
+	bad, good := freshAddr(), freshAddr()
+	for i := 1; i <= 3; i++ {
+		if err := l.AdmitAuth(ctx, bad); err != nil {
+			t.Fatalf("attempt %d before the threshold: %v", i, err)
+		}
+		if blocked := l.AuthFailed(ctx, bad); blocked != (i == 3) {
+			t.Fatalf("failure %d set the block: %v", i, blocked)
+		}
+	}
+	err := l.AdmitAuth(ctx, bad)
+	over, retry := limited(t, err)
+	if !over || retry <= 0 || retry > 400*time.Millisecond {
+		t.Fatalf("blocked address: %v (retry %v), want 42901 within the 400ms block", err, retry)
+	}
+	if _, msg := errcode.Of(err); !strings.Contains(msg, "failed logins") {
+		t.Fatalf("message %q", msg)
+	}
+	if err := l.AdmitAuth(ctx, good); err != nil {
+		t.Fatalf("another address: %v", err)
+	}
+	if err := l.AdmitDevice(ctx, good, 5, "phone"); err != nil {
+		t.Fatalf("the user's device on another address: %v", err)
+	}
+	if got := testutil.ToFloat64(l.m.authBlocks); got != 1 {
+		t.Fatalf("auth_blocks_total %v", got)
+	}
+	time.Sleep(retry + 20*time.Millisecond)
+	if err := l.AdmitAuth(ctx, bad); err != nil {
+		t.Fatalf("after the block: %v", err)
+	}
+	// The count started afresh with the block: one failure is not
+	// another block.
+	if l.AuthFailed(ctx, bad) {
+		t.Fatal("the first failure after a block blocked again")
+	}
+}
+
+// Failures outside the window do not add up.
+func TestAuthFailureWindow(t *testing.T) {
+	cfg := Config{AuthFailures: 2, AuthFailureWindow: 150 * time.Millisecond, AuthBlock: time.Minute}
+	l := New(testredis.Open(t, testredis.RateLimitDB), cfg, nil, nil)
+	ctx := context.Background()
+	ip := freshAddr()
+	if l.AuthFailed(ctx, ip) {
+		t.Fatal("first failure blocked")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if l.AuthFailed(ctx, ip) {
+		t.Fatal("a failure after the window blocked")
+	}
+	if !l.AuthFailed(ctx, ip) {
+		t.Fatal("two failures within the window did not block")
+	}
+}
+
+// Buckets expire once they are full again, so idle devices and addresses
+// cost no Redis memory.
+func TestBucketKeysExpire(t *testing.T) {
+	rdb := testredis.Open(t, testredis.RateLimitDB)
+	l := New(rdb, classConfig(Sync, Limits{Device: Bucket{10, 5}, IP: Bucket{100, 50}}), nil, nil)
+	ctx := context.Background()
+	ip := freshAddr()
+	if err := l.Allow(ctx, Sync, ip, 3, "d"); err != nil {
+		t.Fatal(err)
+	}
+	for key, max := range map[string]time.Duration{
+		rediskey.RateDevice(ip, "sync", 3, "d"): 100 * time.Millisecond,
+		rediskey.RateIP(ip, "sync"):             10 * time.Millisecond,
+	} {
+		ttl, err := rdb.PTTL(ctx, key).Result()
+		if err != nil || ttl <= 0 || ttl > max+time.Millisecond {
+			t.Fatalf("%s: TTL %v (%v), want (0, %v]", key, ttl, err, max)
+		}
+	}
+}
+
+// The script runs by EVALSHA; after SCRIPT FLUSH (a Redis restart or
+// failover) it is sent again and the limits keep working.
+func TestScriptReloadedAfterFlush(t *testing.T) {
+	rdb := testredis.Open(t, testredis.RateLimitDB)
+	l := New(rdb, classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
+	ctx := context.Background()
+	ip := freshAddr()
+	if err := l.Allow(ctx, Send, ip, 1, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if over, _ := limited(t, l.Allow(ctx, Send, ip, 1, "d")); !over {
+		t.Fatal("after SCRIPT FLUSH the bucket no longer limits")
+	}
+	if got := testutil.ToFloat64(l.m.failOpen[Send]); got != 0 {
+		t.Fatalf("fail_open %v: NOSCRIPT was treated as an outage", got)
+	}
+}
+
+// An unreachable Redis lets every request through (fail open), counts
+// it, and pauses: within the pause no call waits on Redis at all.
+func TestFailOpenWhenRedisIsDown(t *testing.T) {
+	down := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 100 * time.Millisecond})
+	t.Cleanup(func() { _ = down.Close() })
+	cfg := classConfig(Send, Limits{Device: Bucket{1, 1}, IP: Bucket{1, 1}})
+	cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthBlock = 1, time.Minute, time.Minute
+	cfg.Classes[Auth] = Limits{IP: Bucket{1, 1}}
+	cfg.Pause = 300 * time.Millisecond
+	l := New(down, cfg, nil, nil)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		if err := l.Allow(ctx, Send, "10.0.0.1", 1, "d"); err != nil {
+			t.Fatalf("request %d with Redis down: %v", i, err)
+		}
+	}
+	if got := testutil.ToFloat64(l.m.failOpen[Send]); got != 3 {
+		t.Fatalf("fail_open{send} = %v, want 3", got)
+	}
+	if !l.paused() {
+		t.Fatal("not paused after a failure")
+	}
+	start := time.Now()
+	if err := l.AdmitAuth(ctx, "10.0.0.1"); err != nil {
+		t.Fatalf("AUTH with Redis down: %v", err)
+	}
+	if l.AuthFailed(ctx, "10.0.0.1") {
+		t.Fatal("a failure blocked with Redis down")
+	}
+	if d := time.Since(start); d > 50*time.Millisecond {
+		t.Fatalf("paused limiter took %v: it asked Redis", d)
+	}
+	time.Sleep(350 * time.Millisecond)
+	if l.paused() {
+		t.Fatal("still paused after the pause")
+	}
+}
+
+// A parent context that ends is the request's end, not Redis's failure:
+// the request passes and nothing pauses.
+func TestCanceledRequestDoesNotPause(t *testing.T) {
+	l := New(testredis.Open(t, testredis.RateLimitDB), classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := l.Allow(ctx, Send, freshAddr(), 1, "d"); err != nil {
+		t.Fatalf("canceled request: %v", err)
+	}
+	if l.paused() {
+		t.Fatal("a canceled request paused the limiter")
+	}
+}
+
+func TestClassOf(t *testing.T) {
+	tests := []struct {
+		cmd  uint16
+		want Class
+		ok   bool
+	}{
+		{protocol.CmdAuth, Auth, true},
+		{protocol.CmdSendMessage, Send, true},
+		{protocol.CmdGenerateMsgID, Send, true},
+		{protocol.CmdSyncInbox, Sync, true},
+		{protocol.CmdSyncMessages, Sync, true},
+		{protocol.CmdReadMessage, Edit, true},
+		{protocol.CmdRecallMessage, Edit, true},
+		{protocol.CmdDeleteMessage, Edit, true},
+		{protocol.CmdConversationSettings, Edit, true},
+		{protocol.CmdRelation, Edit, true},
+		{protocol.CmdGroup, Edit, true},
+		{protocol.CmdHeartbeat, 0, false},
+		{protocol.CmdPushAck, 0, false},
+		{protocol.CmdSendAck, 0, false},
+		{999, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprint(tt.cmd), func(t *testing.T) {
+			got, ok := ClassOf(tt.cmd)
+			if ok != tt.ok || (ok && got != tt.want) {
+				t.Fatalf("ClassOf(%d) = %v, %v; want %v, %v", tt.cmd, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+// logic.rate_limit maps onto the limiter's buckets; enabled: false limits
+// nothing, and a nil limiter allows everything.
+func TestFromConfig(t *testing.T) {
+	c, err := config.Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := FromConfig(c.Logic.RateLimit)
+	if cfg.Classes[Send].Device != (Bucket{100, 400}) || cfg.Classes[Auth].IP != (Bucket{200, 10000}) || cfg.AuthFailures != 10 || cfg.AuthBlock != 5*time.Minute {
+		t.Fatalf("defaults mapped to %+v", cfg)
+	}
+	c.Logic.RateLimit.Enabled = false
+	if off := FromConfig(c.Logic.RateLimit); off != (Config{}) {
+		t.Fatalf("disabled section mapped to %+v", off)
+	}
+	var nilLimiter *Limiter
+	if err := errors.Join(nilLimiter.Allow(context.Background(), Send, "", 1, "d"), nilLimiter.AdmitAuth(context.Background(), "")); err != nil {
+		t.Fatal(err)
 	}
 }

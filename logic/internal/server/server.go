@@ -147,6 +147,8 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	mb := mailbox.New(st, gen)
 	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
 	authSvc.RecordKicks(mb)
+	limits := ratelimit.New(rdb, ratelimit.FromConfig(lc.RateLimit), log, reg)
+	authSvc.LimitDevices(limits)
 	relSvc, err := relation.New(st, gen, relation.Options{Policy: relation.Policy(lc.P2PPolicy)})
 	if err != nil {
 		return err
@@ -166,7 +168,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	gw := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: gen,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier,
-		SendLimit: ratelimit.New(lc.SendRate, lc.SendBurst), Log: log, Metrics: m,
+		Limits: limits, Log: log, Metrics: m,
 	}, gates, log)
 
 	guard := clusterauth.NewGuard(cfg.Cluster.Secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix, api.Prefix)
