@@ -286,7 +286,7 @@ func insertBatch(ctx context.Context, db *sql.DB, ms []batchMsg, content []byte,
 			lockIDs = append(lockIDs, m.conv)
 		}
 	}
-	b.WriteString("SELECT id, last_msg_id FROM t_conversations WHERE id IN (")
+	b.WriteString("SELECT id, last_msg_id FROM t_conversations FORCE INDEX (PRIMARY) WHERE id IN (")
 	for i, c := range lockIDs {
 		if i > 0 {
 			b.WriteByte(',')
@@ -330,7 +330,7 @@ func insertBatch(ctx context.Context, db *sql.DB, ms []batchMsg, content []byte,
 	b.Reset()
 	args = args[:0]
 	var in strings.Builder
-	b.WriteString("UPDATE t_conversations SET last_msg_id = CASE id")
+	b.WriteString("UPDATE t_conversations FORCE INDEX (PRIMARY) SET last_msg_id = CASE id")
 	for i, c := range lockIDs {
 		b.WriteString(" WHEN ? THEN ?")
 		args = append(args, c, last[c])

@@ -56,9 +56,14 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []NewMessage, choose Ch
 	}
 	defer func() { _ = tx.Rollback() }()
 
+	// FORCE INDEX (PRIMARY) on this SELECT and the UPDATE below: when the
+	// IN list covers a large share of a small table, MariaDB plans a full
+	// index scan, which locks rows of conversations the batch never names
+	// and deadlocks with the batches that do. A primary-key range locks
+	// exactly the batch's rows.
 	var b strings.Builder
 	args := make([]any, 0, 9*len(msgs))
-	b.WriteString("SELECT id, last_msg_id FROM t_conversations WHERE id IN (")
+	b.WriteString("SELECT id, last_msg_id FROM t_conversations FORCE INDEX (PRIMARY) WHERE id IN (")
 	for i, c := range convs {
 		if i > 0 {
 			b.WriteByte(',')
@@ -130,7 +135,7 @@ func (s *Store) InsertMessages(ctx context.Context, msgs []NewMessage, choose Ch
 	b.Reset()
 	args = args[:0]
 	var in strings.Builder
-	b.WriteString("UPDATE t_conversations SET last_msg_id = CASE id")
+	b.WriteString("UPDATE t_conversations FORCE INDEX (PRIMARY) SET last_msg_id = CASE id")
 	k := 0
 	for _, c := range convs {
 		if _, ok := last[c]; !ok {
