@@ -38,6 +38,9 @@ type CodeError struct {
 	Command uint16
 	Code    errcode.Code
 	Msg     string
+	// RetryAfter is the server's hint, when it gave one (data
+	// retry_after_ms of a 42901), of how long to wait before trying again.
+	RetryAfter time.Duration
 }
 
 func (e *CodeError) Error() string {
@@ -156,7 +159,12 @@ func (r Reply) Err() error {
 	if r.Envelope.Code == "" || r.Envelope.Code == errcode.OK {
 		return nil
 	}
-	return &CodeError{Command: r.Command, Code: r.Envelope.Code, Msg: r.Envelope.Msg}
+	e := &CodeError{Command: r.Command, Code: r.Envelope.Code, Msg: r.Envelope.Msg}
+	var hint envelope.RetryAfter
+	if len(r.Envelope.Data) > 0 && json.Unmarshal(r.Envelope.Data, &hint) == nil && hint.RetryAfterMs > 0 {
+		e.RetryAfter = time.Duration(hint.RetryAfterMs) * time.Millisecond
+	}
+	return e
 }
 
 // Decode unmarshals the envelope's data into v.

@@ -266,6 +266,35 @@ func TestSendReturnsCodeError(t *testing.T) {
 	}
 }
 
+// A 42901 carries the server's retry-after hint into the CodeError; other
+// codes have none.
+func TestCodeErrorRetryAfter(t *testing.T) {
+	tests := []struct {
+		name string
+		body []byte
+		want time.Duration
+	}{
+		{"rate limited with a hint", envelope.FailRetry("r", errcode.RateLimited, "slow down", 1500*time.Millisecond), 1500 * time.Millisecond},
+		{"rate limited without", envelope.Fail("r", errcode.RateLimited, ""), 0},
+		{"other code", envelope.Fail("r", errcode.Forbidden, "no"), 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newFakeServer(t)
+			c := s.dial(Options{})
+			go func() {
+				f := s.read()
+				s.answer(f, protocol.CmdSyncInbox, tt.body)
+			}()
+			_, err := c.call(context.Background(), protocol.CmdSyncInbox, nil, nil)
+			var ce *CodeError
+			if !errors.As(err, &ce) || ce.RetryAfter != tt.want {
+				t.Fatalf("err %v (retry after %v), want retry after %v", err, ce, tt.want)
+			}
+		})
+	}
+}
+
 func TestSendGivesUpAfterAttempts(t *testing.T) {
 	s := newFakeServer(t)
 	c := s.dial(Options{SendAttempts: 2, SendBackoff: time.Millisecond})
