@@ -36,9 +36,11 @@ func (g *ConnIDs) Next() uint64 { return g.base | uint64(g.n.Add(1)) }
 // connection); everything shared with pushes and logic answers is atomic or
 // under mu.
 type Conn struct {
-	id        uint64
-	tr        Transport
-	realIP    string
+	id     uint64
+	tr     Transport
+	realIP string
+	// addrKey is realIP as the per-address cap counts it (pkg/ipkey).
+	addrKey   string
 	createdAt time.Time
 
 	state      atomic.Int32

@@ -83,6 +83,8 @@ type Server struct {
 	// wsPolicy answers WebSocket upgrades on the ws and wss listeners.
 	wsPolicy *wsPolicy
 	pushSrv  *grpc.Server
+	// limits are the connection caps per address and before AUTH.
+	limits   *connLimits
 	pushLn   net.Listener
 	health   *health.Server
 	serveErr chan error
@@ -114,6 +116,9 @@ func New(opts Options) (*Server, error) {
 		cfg.OutboundQueue = 256
 	}
 	if cfg.MaxInflightPerConn <= 0 {
+	if cfg.PreAuthMaxFrameSize <= 0 || cfg.PreAuthMaxFrameSize > cfg.MaxFrameSize {
+		cfg.PreAuthMaxFrameSize = min(4<<10, cfg.MaxFrameSize)
+	}
 		cfg.MaxInflightPerConn = 64
 	}
 	if cfg.RequestTimeout <= 0 {
@@ -146,6 +151,8 @@ func New(opts Options) (*Server, error) {
 	}
 	metrics := NewMetrics(opts.Registry)
 	var certs *certStore
+	limits := newConnLimits(cfg.MaxConnsPerIP, cfg.MaxUnauthenticated)
+	limits.register(opts.Registry)
 	var tlsConf *tls.Config
 	var tlsSlots chan struct{}
 	if cfg.TLSEnabled() {
@@ -168,6 +175,7 @@ func New(opts Options) (*Server, error) {
 		proxy:    proxy,
 		wsPolicy: wsp,
 		cfg:      cfg,
+		limits:   limits,
 		secret:   opts.ClusterSecret,
 		log:      opts.Logger,
 		metrics:  metrics,

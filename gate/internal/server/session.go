@@ -10,6 +10,7 @@ import (
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/ipkey"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -20,13 +21,20 @@ const inflateFactor = 4
 
 // openSession starts the session of a connection whose transport is ready
 // to carry frames; realIP is the client's address as the transport knows it
-// (the socket peer, or the PROXY header's source). It never blocks.
-func (s *Server) openSession(tr Transport, realIP string) *Conn {
+// (the socket peer, or the PROXY header's source). A connection over one of
+// the gate's caps gets no session: openSession returns the reason instead.
+// It never blocks.
+func (s *Server) openSession(tr Transport, realIP string) (*Conn, string) {
+	key := ipkey.Of(realIP)
+	if reason := s.limits.admit(key); reason != "" {
+		return nil, reason
+	}
 	c := newConn(s.connIDs.Next(), tr, realIP, time.Now())
+	c.addrKey = key
 	c.out = NewOutbound(c, s.cfg.OutboundQueue, func(n int) { s.metrics.FramesOut.Add(uint64(n)) })
 	s.table.Add(c)
 	s.metrics.Connections.Add(1)
-	return c
+	return c, ""
 }
 
 // closeSession runs once when the transport has closed, whoever closed it.
@@ -41,6 +49,7 @@ func (s *Server) closeSession(c *Conn) {
 	s.table.Remove(c)
 	c.out.Close()
 	s.metrics.Connections.Add(-1)
+	s.limits.release(c.addrKey, prev == stateConnecting)
 	reason := c.reason()
 	if prev == stateAuthenticated {
 		s.metrics.Authenticated.Add(-1)
@@ -55,6 +64,9 @@ func (s *Server) closeSession(c *Conn) {
 // badFrame closes a connection whose byte stream cannot be trusted any more
 // (bad magic, version or length) without reading further.
 func (s *Server) badFrame(c *Conn, err error) {
+	if errors.Is(err, frame.ErrTooLarge) && !c.Authenticated() {
+		s.limits.preAuthTooLarge.Add(1)
+	}
 	s.log.Debug("bad frame, closing", zap.Uint64("conn_id", c.id), zap.String("real_ip", c.realIP), zap.Error(err))
 	c.Close("bad frame")
 }
@@ -66,7 +78,7 @@ func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body 
 	s.metrics.FramesIn.Add(1)
 	c.touch(time.Now())
 	if h.Gzip() {
-		inflated, err := frame.Inflate(body, inflateFactor*s.cfg.MaxFrameSize)
+		inflated, err := frame.Inflate(body, inflateFactor*s.frameLimit(c))
 		if err != nil {
 			code := errcode.InvalidArgument
 			if errors.Is(err, frame.ErrInflatedTooLarge) {
@@ -109,6 +121,16 @@ func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body 
 		}
 	}
 	return true
+}
+
+// frameLimit is the largest frame (and a quarter of the largest inflated
+// body) c may send now: small until it has authenticated (frameLimit of
+// tcpConn).
+func (s *Server) frameLimit(c *Conn) int {
+	if c.Authenticated() {
+		return s.cfg.MaxFrameSize
+	}
+	return s.cfg.PreAuthMaxFrameSize
 }
 
 // own returns a body the caller may keep after netpoll releases its buffer.
@@ -169,6 +191,7 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 		// answer may send its next request at once.
 		if c.bind(resp.Bind) {
 			s.metrics.Authenticated.Add(1)
+			s.limits.authenticated()
 			s.log.Debug("authenticated", zap.Uint64("conn_id", c.id), zap.Int64("user_id", resp.Bind.UserId),
 				zap.String("device_id", resp.Bind.DeviceId), zap.String("real_ip", c.realIP))
 		} else if c.state.Load() == stateClosed {

@@ -41,6 +41,12 @@ type tcpConn struct {
 	awaiting   atomic.Bool
 	proxyTimer *time.Timer
 
+	// refused is why a connection over one of the gate's caps got no
+	// session; refuseTimer closes it if it sends nothing (limits.go).
+	// Event loop only.
+	refused     string
+	refuseTimer *time.Timer
+
 	// c is the session; it is set in the event loop (onPrepare or
 	// onRequest) and read by the close callback, hence mu.
 	mu     sync.Mutex
@@ -90,14 +96,15 @@ func (t *tcpConn) Kind() string {
 }
 
 // open starts the session with the client's real address, unless the
-// socket closed meanwhile; a nil result means there is no session.
+// socket closed meanwhile or a cap refuses it (then t.refused says why); a
+// nil result means there is no session.
 func (t *tcpConn) open(realIP string) *Conn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed || t.s.draining.Load() {
 		return nil
 	}
-	t.c = t.s.openSession(t, realIP)
+	t.c, t.refused = t.s.openSession(t, realIP)
 	return t.c
 }
 
@@ -109,6 +116,9 @@ func (t *tcpConn) onClosed(netpoll.Connection) error {
 	t.mu.Unlock()
 	if t.proxyTimer != nil {
 		t.proxyTimer.Stop()
+	}
+	if t.refuseTimer != nil {
+		t.refuseTimer.Stop()
 	}
 	if t.sec != nil {
 		t.sec.timer.Stop()
@@ -216,7 +226,8 @@ func (s *Server) onPrepare(nc netpoll.Connection, kind carrier) context.Context 
 		_ = nc.Close()
 		return s.ctx
 	}
-	t := &tcpConn{s: s, nc: nc, dec: streamDecoder{maxFrame: s.cfg.MaxFrameSize}}
+	t := &tcpConn{s: s, nc: nc}
+	t.dec.limit = t.frameLimit
 	if kind.secure() {
 		t.armTLS(nc)
 	}
@@ -225,8 +236,10 @@ func (s *Server) onPrepare(nc netpoll.Connection, kind carrier) context.Context 
 	}
 	if !s.proxy.on(kind) {
 		t.realIP = remoteIP(nc.RemoteAddr())
-		if kind == carrierTCP {
-			t.open(t.realIP)
+		if kind == carrierTCP && t.open(t.realIP) == nil && t.refused != "" {
+			// netpoll cannot write here: the refusal goes out with the
+			// first bytes, or the connection closes after refuseGrace.
+			t.refuseTimer = time.AfterFunc(refuseGrace, func() { _ = nc.Close() })
 		}
 		_ = nc.AddCloseCallback(t.onClosed)
 		return context.WithValue(s.ctx, connKey{}, t)
@@ -299,11 +312,21 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 			return nc.Close()
 		}
 	}
+	if t.refused != "" {
+		// Refused in onPrepare; now the refusal can be written.
+		_ = r.Skip(r.Len())
+		s.refuse(t)
+		return nil
+	}
 	if t.c == nil && t.ws == nil {
 		// A stream session starts as soon as its client is known and
 		// its handshake done, so the AUTH deadline runs from then.
 		if t.open(t.realIP) == nil {
 			_ = r.Skip(r.Len())
+			if t.refused != "" {
+				s.refuse(t)
+				return nil
+			}
 			return nc.Close()
 		}
 	}
@@ -358,6 +381,10 @@ func (t *tcpConn) consume(ctx context.Context, src byteSource) error {
 			return err
 		}
 		if t.open(t.realIP) == nil {
+			if t.refused != "" {
+				t.s.refuse(t)
+				return errDecodeStopped
+			}
 			return errNoSession
 		}
 	}

@@ -65,8 +65,12 @@ func (e *badStreamError) Unwrap() error { return e.err }
 // on netpoll can always consume every readable byte (returning from
 // OnRequest with unread bytes makes netpoll call again at once, forever).
 type streamDecoder struct {
-	maxFrame int
-	pending  []byte
+	// limit is the largest frame the connection may send now, asked at
+	// every header: it rises once the connection has authenticated, so a
+	// header announcing 64 KiB before AUTH closes the connection instead
+	// of making it buffer 64 KiB.
+	limit   func() int
+	pending []byte
 }
 
 // feed decodes every complete frame in src into sink and keeps a trailing
@@ -88,7 +92,7 @@ func (d *streamDecoder) feed(ctx context.Context, src byteSource, sink frameSink
 		if err != nil {
 			return fmt.Errorf("decode: peek header: %w", err)
 		}
-		h, err := frame.ParseHeader(hb, d.maxFrame)
+		h, err := frame.ParseHeader(hb, d.limit())
 		if err != nil {
 			return &badStreamError{err}
 		}
@@ -121,13 +125,13 @@ func (d *streamDecoder) assemble(ctx context.Context, src byteSource, sink frame
 		d.pending = append(d.pending, b...)
 		if len(d.pending) < frame.HeaderSize {
 			// Garbage is visible before the header is complete.
-			if _, _, _, err := frame.Decode(d.pending, d.maxFrame); err != nil {
+			if _, _, _, err := frame.Decode(d.pending, d.limit()); err != nil {
 				return &badStreamError{err}
 			}
 			return nil
 		}
 	}
-	h, err := frame.ParseHeader(d.pending, d.maxFrame)
+	h, err := frame.ParseHeader(d.pending, d.limit())
 	if err != nil {
 		return &badStreamError{err}
 	}

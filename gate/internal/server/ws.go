@@ -282,8 +282,8 @@ func (t *tcpConn) parseWSHeader(b []byte) (ws.Header, int, error) {
 		return h, 0, &wsCloseError{ws.StatusUnsupportedData, "text messages are not accepted"}
 	case h.OpCode.IsReserved():
 		return h, 0, &wsCloseError{ws.StatusProtocolError, "reserved opcode"}
-	case h.Length > int64(t.s.cfg.MaxFrameSize) || (!h.OpCode.IsControl() && int64(len(t.ws.msg))+h.Length > int64(t.s.cfg.MaxFrameSize)):
-		return h, 0, &wsCloseError{ws.StatusMessageTooBig, "message over max_frame_size"}
+	case h.Length > int64(t.frameLimit()) || (!h.OpCode.IsControl() && int64(len(t.ws.msg))+h.Length > int64(t.frameLimit())):
+		return h, 0, &wsCloseError{ws.StatusMessageTooBig, "message over the frame size limit"}
 	}
 	return h, hl, nil
 }
@@ -414,10 +414,10 @@ func (t *tcpConn) wsFrame(ctx context.Context, h ws.Header, payload []byte, alia
 // wsMessage hands a binary message, which must be exactly one Spark frame,
 // to the session.
 func (t *tcpConn) wsMessage(ctx context.Context, msg []byte, aliased bool) error {
-	fh, body, n, err := frame.Decode(msg, t.s.cfg.MaxFrameSize)
+	fh, body, n, err := frame.Decode(msg, t.frameLimit())
 	switch {
 	case errors.Is(err, frame.ErrTooLarge):
-		return &wsCloseError{ws.StatusMessageTooBig, "frame over max_frame_size"}
+		return &wsCloseError{ws.StatusMessageTooBig, "frame over the frame size limit"}
 	case err != nil, n == 0, n != len(msg):
 		return &wsCloseError{ws.StatusInvalidFramePayloadData, "message is not exactly one Spark frame"}
 	}
