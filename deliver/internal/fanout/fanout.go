@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
@@ -34,6 +35,7 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
+	"github.com/sparkim/spark/pkg/rpclimit"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
@@ -728,7 +730,15 @@ func (f *Fanout) pushGate(ctx context.Context, partition int, w *gateWork, tasks
 	pctx, cancel := context.WithTimeout(ctx, f.pushTimeout)
 	defer cancel()
 	start := time.Now()
-	replies, err := pushBatch(pctx, cli, req)
+	var replies []*gatev1.PushReply
+	for _, chunk := range splitPushBatch(req, rpclimit.PushBatchBytes) {
+		r, cerr := pushBatch(pctx, cli, chunk)
+		if cerr != nil {
+			err = cerr
+			break
+		}
+		replies = append(replies, r...)
+	}
 	f.m.PushSeconds.Observe(time.Since(start).Seconds())
 	if err == nil && len(replies) != len(w.items) {
 		err = fmt.Errorf("gate answered %d replies for %d items", len(replies), len(w.items))
@@ -775,6 +785,30 @@ func (f *Fanout) pushGate(ctx context.Context, partition int, w *gateWork, tasks
 		}
 	}
 	return missed, missing
+}
+
+// splitPushBatch cuts a batch into requests of at most maxBytes each (a
+// single larger item goes alone), keeping item order: the calls are made
+// one after another, so each connection still gets its frames in order,
+// and no call nears the links' gRPC message limit.
+func splitPushBatch(req *gatev1.PushBatchRequest, maxBytes int) []*gatev1.PushBatchRequest {
+	var out []*gatev1.PushBatchRequest
+	cur, size := &gatev1.PushBatchRequest{}, 0
+	for _, item := range req.GetItems() {
+		// An item's share of the request: its own size and its field tag
+		// and length (at most 1 + 5 bytes).
+		n := proto.Size(item) + 6
+		if len(cur.Items) > 0 && size+n > maxBytes {
+			out = append(out, cur)
+			cur, size = &gatev1.PushBatchRequest{}, 0
+		}
+		cur.Items = append(cur.Items, item)
+		size += n
+	}
+	if len(cur.Items) > 0 || len(out) == 0 {
+		out = append(out, cur)
+	}
+	return out
 }
 
 // pushBatch calls PushBatch, or, on a gate older than it (Unimplemented:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/rpclimit"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 )
 
@@ -93,6 +94,7 @@ func (p *Pool) Client(addr string) (gatev1.PushClient, error) {
 	cc, err := grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		clusterauth.Credentials(p.secret),
+		rpclimit.DialOption(),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("gateclient: dial %s: %w", addr, err)

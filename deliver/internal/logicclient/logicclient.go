@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/rpclimit"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -48,6 +49,7 @@ func New(addrs []string, secret string, timeout time.Duration) (*Pool, error) {
 		cc, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			clusterauth.Credentials(secret),
+			rpclimit.DialOption(),
 		)
 		if err != nil {
 			_ = p.Close()

@@ -24,6 +24,7 @@ import (
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/envelope"
+	"github.com/sparkim/spark/pkg/rpclimit"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 )
 
@@ -82,9 +83,9 @@ type Server struct {
 	listeners []clientListener
 	// wsPolicy answers WebSocket upgrades on the ws and wss listeners.
 	wsPolicy *wsPolicy
-	pushSrv  *grpc.Server
 	// limits are the connection caps per address and before AUTH.
 	limits   *connLimits
+	pushSrv  *grpc.Server
 	pushLn   net.Listener
 	health   *health.Server
 	serveErr chan error
@@ -115,10 +116,10 @@ func New(opts Options) (*Server, error) {
 	if cfg.OutboundQueue <= 0 {
 		cfg.OutboundQueue = 256
 	}
-	if cfg.MaxInflightPerConn <= 0 {
 	if cfg.PreAuthMaxFrameSize <= 0 || cfg.PreAuthMaxFrameSize > cfg.MaxFrameSize {
 		cfg.PreAuthMaxFrameSize = min(4<<10, cfg.MaxFrameSize)
 	}
+	if cfg.MaxInflightPerConn <= 0 {
 		cfg.MaxInflightPerConn = 64
 	}
 	if cfg.RequestTimeout <= 0 {
@@ -150,9 +151,9 @@ func New(opts Options) (*Server, error) {
 		cfg.TLSMaxHandshakes = defaultTLSMaxHandshakes
 	}
 	metrics := NewMetrics(opts.Registry)
-	var certs *certStore
 	limits := newConnLimits(cfg.MaxConnsPerIP, cfg.MaxUnauthenticated)
 	limits.register(opts.Registry)
+	var certs *certStore
 	var tlsConf *tls.Config
 	var tlsSlots chan struct{}
 	if cfg.TLSEnabled() {
@@ -174,8 +175,8 @@ func New(opts Options) (*Server, error) {
 		tlsSlots: tlsSlots,
 		proxy:    proxy,
 		wsPolicy: wsp,
-		cfg:      cfg,
 		limits:   limits,
+		cfg:      cfg,
 		secret:   opts.ClusterSecret,
 		log:      opts.Logger,
 		metrics:  metrics,
@@ -221,7 +222,7 @@ func (s *Server) Start(ctx context.Context) error {
 	s.up = up
 
 	guard := clusterauth.NewGuard(s.secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix)
-	s.pushSrv = grpc.NewServer(guard.ServerOptions()...)
+	s.pushSrv = grpc.NewServer(append(guard.ServerOptions(), rpclimit.ServerOptions()...)...)
 	gatev1.RegisterPushServer(s.pushSrv, &pushService{s: s})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.pushSrv, s.health)

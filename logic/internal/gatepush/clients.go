@@ -12,6 +12,7 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/rpclimit"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 )
 
@@ -35,7 +36,7 @@ func (c *Clients) Get(addr string) (gatev1.PushClient, error) {
 	if cc, ok := c.conns[addr]; ok {
 		return gatev1.NewPushClient(cc), nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), clusterauth.Credentials(c.secret))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), clusterauth.Credentials(c.secret), rpclimit.DialOption())
 	if err != nil {
 		return nil, fmt.Errorf("gatepush: dial %s: %w", addr, err)
 	}

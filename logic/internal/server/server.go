@@ -41,6 +41,7 @@ import (
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/rpclimit"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -173,12 +174,12 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 
 	guard := clusterauth.NewGuard(cfg.Cluster.Secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix, api.Prefix)
 	keys := api.NewKeyGuard(lc.APIKeys)
-	gs := grpc.NewServer(
+	gs := grpc.NewServer(append(rpclimit.ServerOptions(),
 		grpc.ChainUnaryInterceptor(guard.Unary, keys.Unary),
 		grpc.ChainStreamInterceptor(guard.Stream, keys.Stream),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-	)
+	)...)
 	logicv1.RegisterGatewayServer(gs, gw)
 	onlineSvc := online.New(rdb, gates, clients, kickTimeout, log)
 	adm.Handle("/gates", api.GatesHandler(onlineSvc))
