@@ -115,8 +115,6 @@ logic:
   redis: {addr: "%s"}
   jwt_secret: %s
   api_keys: [%s]
-  send_rate: 5000
-  send_burst: 5000
 deliver:
   redis: {addr: "%s"}
   lease_ttl: 3s
