@@ -32,6 +32,12 @@ func DeliverDone(p int, msgID int64) string {
 	return Prefix + "deliver:{" + strconv.Itoa(p) + "}:done:" + strconv.FormatInt(msgID, 10)
 }
 
+// RecallPushed marks a recalled message whose push (P2P) or deliver job
+// (group) was queued, so a repeated recall does nothing more.
+func RecallPushed(msgID int64) string {
+	return Prefix + "recall:pushed:" + strconv.FormatInt(msgID, 10)
+}
+
 // DeliverMembers is the ZSET of live deliver instances (score: last seen ms).
 func DeliverMembers() string { return Prefix + "deliver:members" }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/rediskey"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
@@ -46,7 +47,7 @@ func (s *Service) invalidate(ctx context.Context, cid int64, users ...int64) err
 // device of recipients except the acting device. It is a realtime hint
 // (the list entries are already invalidated, so every device converges by
 // sync), so a failure is logged, not answered.
-func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64, ctype int, msgID int64, recipients []int64, data any) {
+func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64, ctype int, msgID int64, recipients []int64, data any) bool {
 	push, err := protocol.Marshal(data)
 	if err == nil {
 		err = s.enqueueJob(ctx, &queuev1.DeliverJob{
@@ -59,7 +60,9 @@ func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64
 		s.metrics.EnqueueFailures.Inc()
 		s.log.Warn("signal enqueue failed", zap.Uint16("command", cmd), zap.Int64("user_id", from.UserID),
 			zap.String("device_id", from.DeviceID), zap.Int64("conversation_id", cid), zap.Int64("msg_id", msgID), zap.Error(err))
+		return false
 	}
+	return true
 }
 
 // Read handles READ_MESSAGE (8): last_read_msg_id moves forward only,
@@ -113,7 +116,10 @@ func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadReques
 // Recall handles RECALL_MESSAGE (9): the sender, within the recall window,
 // marks the message recalled and every participant gets a RECALL mailbox
 // event in the same transaction; then their list entries are invalidated
-// and a SIGNAL pushes 9 to their devices. Recalling twice answers the same.
+// and a SIGNAL pushes 9 to their devices. Recalling twice answers the same
+// and pushes nothing more once the first push was queued (the mailbox
+// events carry the recall to sync either way), so a client repeating a
+// recall cannot make every device of the other side ring again.
 func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageRef) (*protocol.MessageRef, error) {
 	if req.MsgID <= 0 || req.ConversationID < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
@@ -136,6 +142,10 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 	}
 	cid := r.Message.ConversationID
 	reply := &protocol.MessageRef{MsgID: jsonid.ID(r.Message.ID), ConversationID: jsonid.ID(cid)}
+	pushed := r.Already && s.recallPushed(ctx, r.Message.ID)
+	if pushed && r.Group {
+		return reply, nil
+	}
 	if r.Group {
 		// The members' events and list entries are deliver's work, in
 		// chunks: the job must be queued, or the recall is answered 50301
@@ -143,21 +153,49 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 		if err := s.groupRecall(ctx, from, cid, r.Message.ID, reply); err != nil {
 			return nil, err
 		}
+		s.markRecallPushed(ctx, r.Message.ID)
 		s.log.Debug("group message recalled", zap.Int64("user_id", from.UserID), zap.Int64("conversation_id", cid),
 			zap.Int64("msg_id", r.Message.ID), zap.Bool("again", r.Already))
 		return reply, nil
 	}
+	// A repeat still repairs list entries an earlier attempt failed to
+	// invalidate; that is invisible to clients.
 	if err := s.invalidate(ctx, cid, r.Members...); err != nil {
 		return nil, err
+	}
+	if pushed {
+		return reply, nil
 	}
 	ctype, err := s.store.ConversationType(ctx, cid)
 	if err != nil {
 		ctype = 0 // only informative in the job
 	}
-	s.signal(ctx, from, protocol.CmdRecallMessage, cid, ctype, r.Message.ID, r.Members, reply)
+	if s.signal(ctx, from, protocol.CmdRecallMessage, cid, ctype, r.Message.ID, r.Members, reply) {
+		s.markRecallPushed(ctx, r.Message.ID)
+	}
 	s.log.Debug("message recalled", zap.Int64("user_id", from.UserID), zap.Int64("conversation_id", cid),
 		zap.Int64("msg_id", r.Message.ID), zap.Bool("again", r.Already))
 	return reply, nil
+}
+
+// recallPushedTTL outlasts any sensible client retry of a recall; a
+// repeat after it pushes once more, which is harmless.
+const recallPushedTTL = 24 * time.Hour
+
+// recallPushed reports whether a recall's push or job was queued; when
+// Redis cannot tell, it reports false and the push goes again (a duplicate
+// push is harmless, a missing group job is not).
+func (s *Service) recallPushed(ctx context.Context, msgID int64) bool {
+	n, err := s.rdb.Exists(ctx, rediskey.RecallPushed(msgID)).Result()
+	return err == nil && n == 1
+}
+
+// markRecallPushed records that a recall's push or job was queued. A
+// failure only means a repeat pushes again.
+func (s *Service) markRecallPushed(ctx context.Context, msgID int64) {
+	if err := s.rdb.Set(ctx, rediskey.RecallPushed(msgID), 1, recallPushedTTL).Err(); err != nil {
+		s.log.Warn("recall marker not written; a repeat will push again", zap.Int64("msg_id", msgID), zap.Error(err))
+	}
 }
 
 // groupRecall queues the SIGNAL job of a group recall: deliver expands the
@@ -208,7 +246,8 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 	// The event is for every device of the user (device_id ""), so a device
 	// that was offline and already holds the message drops it on sync.
 	ev := store.MailboxEvent{UserID: from.UserID, EventType: protocol.EventDelete, ConversationID: m.ConversationID, MsgID: m.ID, Payload: payload}
-	if _, err := s.store.DeleteForUser(ctx, from.UserID, m.ConversationID, m.ID, evID, ev); err != nil {
+	deleted, err := s.store.DeleteForUser(ctx, from.UserID, m.ConversationID, m.ID, evID, ev)
+	if err != nil {
 		return nil, busy("delete", err)
 	}
 	if err := s.invalidate(ctx, m.ConversationID, from.UserID); err != nil {
@@ -218,7 +257,11 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 	if err != nil {
 		ctype = 0
 	}
-	s.signal(ctx, from, protocol.CmdDeleteMessage, m.ConversationID, ctype, m.ID, []int64{from.UserID}, reply)
+	// A repeat changes nothing: no push (the DELETE event brings it to
+	// sync either way).
+	if deleted {
+		s.signal(ctx, from, protocol.CmdDeleteMessage, m.ConversationID, ctype, m.ID, []int64{from.UserID}, reply)
+	}
 	return reply, nil
 }
 
@@ -229,7 +272,8 @@ func (s *Service) Settings(ctx context.Context, from Sender, req protocol.Settin
 	if cid <= 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "conversation_id is required")
 	}
-	if _, err := s.member(ctx, cid, from.UserID); err != nil {
+	before, err := s.member(ctx, cid, from.UserID)
+	if err != nil {
 		return nil, err
 	}
 	m, err := s.store.UpdateSettings(ctx, cid, from.UserID, req.Muted, req.Pinned, req.Hidden)
@@ -250,6 +294,9 @@ func (s *Service) Settings(ctx context.Context, from Sender, req protocol.Settin
 	if err := s.invalidate(ctx, cid, from.UserID); err != nil {
 		return nil, err
 	}
-	s.signal(ctx, from, protocol.CmdConversationSettings, cid, conv.Type, 0, []int64{from.UserID}, reply)
+	// Settings that did not change push nothing to the other devices.
+	if before.Muted != m.Muted || before.Pinned != m.Pinned || before.Hidden(conv.LastMsgID) != reply.Hidden {
+		s.signal(ctx, from, protocol.CmdConversationSettings, cid, conv.Type, 0, []int64{from.UserID}, reply)
+	}
 	return reply, nil
 }
