@@ -797,6 +797,13 @@ func TestSendMessageAndHistory(t *testing.T) {
 	// Sending as a user who is not a member is refused.
 	_, err = e.api.SendMessage(ctx, &logicv1.SendMessageRequest{SenderId: testenv.RandomUserID(), GroupId: grp.Group.GroupId, ClientMsgId: "x", MessageType: 1, Content: txt("x")})
 	wantCode(t, err, codes.PermissionDenied, "")
+	// The system account skips the P2P policy but not the recipient's
+	// existence: no conversation with nobody.
+	_, err = e.api.SendMessage(ctx, &logicv1.SendMessageRequest{System: true, ToUserId: testenv.RandomUserID(), ClientMsgId: "s2", MessageType: 9, Content: `{"t":9,"text":"hi"}`})
+	wantCode(t, err, codes.NotFound, "")
+	if _, err := e.api.SendMessage(ctx, &logicv1.SendMessageRequest{System: true, ToUserId: b, ClientMsgId: "s3", MessageType: 9, Content: `{"t":9,"text":"hi"}`}); err != nil {
+		t.Fatalf("system message to an existing user: %v", err)
+	}
 
 	// History pages like SYNC_MESSAGES.
 	for i := 2; i <= 4; i++ {

@@ -269,6 +269,17 @@ func (r *Resolver) Open(ctx context.Context, from Sender, c Conversation, now ti
 			if err := r.policy.CheckP2P(ctx, from.UserID, c.Peer(from.UserID)); err != nil {
 				return Conversation{}, err
 			}
+		} else if c.ID == 0 {
+			// The business API's system account skips the policy, but a
+			// new conversation still needs a real recipient. Its callers
+			// hold an API key, so a clear 40401 probes nothing.
+			ok, err := r.store.UserExists(ctx, c.Peer(from.UserID))
+			if err != nil {
+				return Conversation{}, busy("user lookup", err)
+			}
+			if !ok {
+				return Conversation{}, errcode.New(errcode.NotFound, "recipient not found")
+			}
 		}
 		if c.ID != 0 {
 			return c, nil
