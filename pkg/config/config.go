@@ -222,7 +222,7 @@ type Logic struct {
 
 // RateLimit configures logic.rate_limit: a bucket per device and one per
 // client address for each class of client command, and the block of an
-// address that keeps failing AUTH (docs/decisions.md 64).
+// address that keeps failing AUTH (docs/decisions.md 67).
 type RateLimit struct {
 	// Enabled turns every limit of the section on or off at once.
 	Enabled bool `mapstructure:"enabled"`
@@ -336,7 +336,7 @@ var defaults = map[string]any{
 	"logic.api_keys":              []string{},
 	"logic.msg_id_window":         5 * time.Minute,
 	"logic.enqueue_retries":       3,
-	// Rate limits (docs/decisions.md 64): per device a human's pace with
+	// Rate limits (docs/decisions.md 67): per device a human's pace with
 	// room for a catch-up burst; per address a flood guard sized for many
 	// users behind one NAT, and above what the bench sends through each of
 	// its 8 loopback addresses at this machine's ceiling.

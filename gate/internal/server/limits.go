@@ -15,7 +15,7 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 )
 
-// The gate's admission caps (docs/decisions.md 64): connections per client
+// The gate's admission caps (docs/decisions.md 67): connections per client
 // address (gate.max_conns_per_ip; an IPv6 client's /64, pkg/ipkey) and
 // connections that have not authenticated (gate.max_unauthenticated). They
 // are checked when a session would start, once the client's real address

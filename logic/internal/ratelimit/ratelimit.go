@@ -5,7 +5,7 @@
 // share one bucket: each command class has a token bucket per device
 // (user and device id) and one per client address, checked together in
 // one atomic script call, and failed AUTHs block their address for a while
-// (docs/decisions.md 64).
+// (docs/decisions.md 67).
 //
 // A bucket is GCRA (the generic cell rate algorithm, equivalent to a token
 // bucket): one key holding the bucket's theoretical arrival time in
