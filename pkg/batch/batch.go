@@ -82,10 +82,10 @@ const (
 	// save nothing.
 	StreamItems = 64
 	// StreamBytes is the most encoded bytes of items in one frame of more
-	// than one item: a sixteenth of gRPC's default 4 MiB receive limit,
-	// which neither side raises, so a batch never nears it. A single
-	// item larger than this (a request body may inflate to 4 ×
-	// gate.max_frame_size, a sync page can be large) goes alone, as
-	// before batching.
+	// than one item: a thirty-second of the 8 MiB message limit both
+	// ends of the streams set (rpclimit.MaxMessageBytes), so a batch,
+	// framing included, never nears it. A single item larger than this (a
+	// request body may inflate to 4 × gate.max_frame_size, a sync page
+	// can be large) goes alone, as before batching.
 	StreamBytes = 256 << 10
 )

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/sparkim/spark/pkg/rpclimit"
 )
 
 // itemSize makes an item its own size, so a test states sizes by value.
@@ -116,5 +118,13 @@ func TestSendStopsAtError(t *testing.T) {
 	})
 	if !errors.Is(err, boom) || calls != 1 {
 		t.Fatalf("Send = %v after %d calls; want boom after 1", err, calls)
+	}
+}
+
+// TestStreamBytesWellUnderMessageLimit keeps a full batch far from the
+// message size the gate ⇄ logic links accept, should either change.
+func TestStreamBytesWellUnderMessageLimit(t *testing.T) {
+	if StreamBytes*8 > rpclimit.MaxMessageBytes {
+		t.Fatalf("StreamBytes %d is over an eighth of the links' %d-byte message limit", StreamBytes, rpclimit.MaxMessageBytes)
 	}
 }
