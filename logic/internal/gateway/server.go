@@ -5,15 +5,20 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sparkim/spark/logic/internal/gatepush"
+	"github.com/sparkim/spark/pkg/batch"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
@@ -81,13 +86,22 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 	log := s.log.With(zap.String("gate_id", gateID))
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
-	out := make(chan *logicv1.LogicFrame, outboundBuffer)
+	// A gate that reads batches learns first that logic reads them too;
+	// nothing else sends yet, so this Send does not race the send loop.
+	if hello.Batches {
+		if err := stream.Send(&logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Welcome{Welcome: &logicv1.Welcome{Batches: true}}}); err != nil {
+			return fmt.Errorf("send welcome: %w", err)
+		}
+	}
+	out := make(chan *logicv1.Response, outboundBuffer)
+	// Resync has its own slot rather than a place in out: it never waits
+	// behind a backlog of answers, and requests arriving while one is due
+	// coalesce (the gate's pass reports every connection anyway).
+	resyncq := make(chan struct{}, 1)
 	resync := func() {
 		select {
-		case out <- &logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Resync{Resync: &logicv1.Resync{}}}:
-		case <-ctx.Done():
-		case <-time.After(time.Second):
-			log.Warn("resync not sent: stream backlog full")
+		case resyncq <- struct{}{}:
+		default:
 		}
 	}
 	detach := s.reg.Attach(stream.Context(), gateID, hello.PushAddr, hello.ClientAddrs, resync)
@@ -97,14 +111,40 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 
 	flush := make(chan struct{})
 	sent := make(chan struct{})
-	go s.sendLoop(ctx, cancel, stream, out, flush, sent)
+	lim := batch.Limits{MaxItems: 1}
+	if hello.Batches {
+		lim = batch.Limits{MaxItems: batch.StreamItems, MaxBytes: batch.StreamBytes}
+	}
+	go s.sendLoop(ctx, cancel, stream, lim, out, resyncq, flush, sent)
 
 	var inflight tracker
 	reply := func(r *logicv1.Response) {
 		select {
-		case out <- &logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Response{Response: r}}:
+		case out <- r:
 		case <-ctx.Done():
 		}
+	}
+	// request and closed queue one item behind the connection's earlier
+	// ones, whether it came alone or in a batch: a batch is handled
+	// exactly like its items in separate frames, in its order.
+	request := func(req *logicv1.Request) {
+		inflight.add() // before the drain check, so Drain waits for it
+		if s.isDraining() {
+			inflight.done()
+			reply(s.busy(req))
+			return
+		}
+		s.disp.Submit(connKey{gateID, req.ConnId}, func() {
+			defer inflight.done()
+			reply(s.h.Handle(s.base, gateID, req))
+		})
+	}
+	closed := func(c *logicv1.Closed) {
+		inflight.add()
+		s.disp.Submit(connKey{gateID, c.ConnId}, func() {
+			defer inflight.done()
+			s.h.Closed(s.base, gateID, c)
+		})
 	}
 	recvDone := make(chan error, 1)
 	go func() {
@@ -116,24 +156,18 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 			}
 			switch k := f.Kind.(type) {
 			case *logicv1.GateFrame_Request:
-				req := k.Request
-				inflight.add() // before the drain check, so Drain waits for it
-				if s.isDraining() {
-					inflight.done()
-					reply(s.busy(req))
-					continue
-				}
-				s.disp.Submit(connKey{gateID, req.ConnId}, func() {
-					defer inflight.done()
-					reply(s.h.Handle(s.base, gateID, req))
-				})
+				request(k.Request)
 			case *logicv1.GateFrame_Closed:
-				c := k.Closed
-				inflight.add()
-				s.disp.Submit(connKey{gateID, c.ConnId}, func() {
-					defer inflight.done()
-					s.h.Closed(s.base, gateID, c)
-				})
+				closed(k.Closed)
+			case *logicv1.GateFrame_Batch:
+				for _, ev := range k.Batch.GetEvents() {
+					switch e := ev.Kind.(type) {
+					case *logicv1.GateEvent_Request:
+						request(e.Request)
+					case *logicv1.GateEvent_Closed:
+						closed(e.Closed)
+					}
+				}
 			case *logicv1.GateFrame_Rebind:
 				bindings := k.Rebind.GetBindings()
 				inflight.add()
@@ -179,29 +213,46 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 	return result
 }
 
-// sendLoop is the stream's only sender (Send is not concurrency-safe).
+// sendLoop is the stream's only sender (Send is not concurrency-safe). It
+// sends each answer with whatever others are already queued behind it, in
+// one LogicBatch within lim (decisions.md 68), never waiting for more.
 func (s *Server) sendLoop(ctx context.Context, cancel context.CancelFunc, stream logicv1.Gateway_ConnectServer,
-	out <-chan *logicv1.LogicFrame, flush <-chan struct{}, sent chan<- struct{}) {
+	lim batch.Limits, out <-chan *logicv1.Response, resyncq <-chan struct{}, flush <-chan struct{}, sent chan<- struct{}) {
 	defer close(sent)
-	send := func(f *logicv1.LogicFrame) bool {
+	var buf []*logicv1.Response
+	send := func(f *logicv1.LogicFrame) error {
 		if err := stream.Send(f); err != nil {
 			s.log.Debug("gate stream send failed", zap.Error(err))
 			cancel()
-			return false
+			return err
 		}
-		return true
+		return nil
+	}
+	sendQueued := func(first *logicv1.Response) bool {
+		var err error
+		buf, err = batch.Send(buf, first, out, lim, responseSize, func(rs []*logicv1.Response) error {
+			s.h.Metrics.GatewayBatchSize.Observe(float64(len(rs)))
+			return send(logicFrame(rs))
+		})
+		// The buffer must not keep sent answers (and their bodies) alive.
+		clear(buf[:cap(buf)])
+		return err == nil
 	}
 	for {
 		select {
-		case f := <-out:
-			if !send(f) {
+		case r := <-out:
+			if !sendQueued(r) {
+				return
+			}
+		case <-resyncq:
+			if send(&logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Resync{Resync: &logicv1.Resync{}}}) != nil {
 				return
 			}
 		case <-flush:
 			for {
 				select {
-				case f := <-out:
-					if !send(f) {
+				case r := <-out:
+					if !sendQueued(r) {
 						return
 					}
 				default:
@@ -212,6 +263,22 @@ func (s *Server) sendLoop(ctx context.Context, cancel context.CancelFunc, stream
 			return
 		}
 	}
+}
+
+// logicFrame wraps answers in one frame: a lone one as itself, exactly as
+// before batching, several as a LogicBatch. The batch gets its own slice:
+// rs is the send loop's buffer, reused as soon as Send returns.
+func logicFrame(rs []*logicv1.Response) *logicv1.LogicFrame {
+	if len(rs) == 1 {
+		return &logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Response{Response: rs[0]}}
+	}
+	return &logicv1.LogicFrame{Kind: &logicv1.LogicFrame_Batch{Batch: &logicv1.LogicBatch{Responses: slices.Clone(rs)}}}
+}
+
+// responseSize is the exact encoded size of r as one entry of
+// LogicBatch.responses (field 1: a one-byte tag, the length, the body).
+func responseSize(r *logicv1.Response) int {
+	return 1 + protowire.SizeBytes(proto.Size(r))
 }
 
 func (s *Server) busy(req *logicv1.Request) *logicv1.Response {

@@ -18,6 +18,9 @@ type Metrics struct {
 	Kicks *prometheus.CounterVec
 	// Streams is the number of open gateway streams.
 	Streams prometheus.Gauge
+	// GatewayBatchSize is the number of Responses per frame sent to a
+	// gate (one frame carries what was queued when the stream was free).
+	GatewayBatchSize prometheus.Histogram
 	// SendBatchSize is the number of sends per group-commit batch (the
 	// sends a worker took at once, retries answered from its lookup
 	// included).
@@ -55,6 +58,11 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "spark", Subsystem: "logic", Name: "gateway_streams",
 			Help: "Open Gateway/Connect streams.",
 		}),
+		GatewayBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "gateway_batch_size",
+			Help:    "Responses per frame sent on a Gateway stream.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64},
+		}),
 		SendBatchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: "spark", Subsystem: "logic", Name: "send_batch_size",
 			Help:    "Sends per group-commit batch (retries answered from its lookup included).",
@@ -67,7 +75,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams,
-			m.SendBatchSize, m.SendCommits)
+			m.GatewayBatchSize, m.SendBatchSize, m.SendCommits)
 	}
 	return m
 }
