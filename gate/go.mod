@@ -10,6 +10,7 @@ require (
 	github.com/sparkim/spark/proto v0.0.0
 	go.uber.org/zap v1.28.0
 	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -38,7 +39,6 @@ require (
 	golang.org/x/sys v0.48.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/sparkim/spark/pkg => ../pkg

@@ -40,6 +40,11 @@ type Metrics struct {
 	// reported in answer.
 	Resyncs     atomic.Uint64
 	RebindsSent atomic.Uint64
+	// UpstreamFrames counts the frames that carried Requests and Closed
+	// events to logic, UpstreamItems those items: their ratio is the mean
+	// batch size.
+	UpstreamFrames atomic.Uint64
+	UpstreamItems  atomic.Uint64
 
 	// ForwardLatency measures Request sent → Response received.
 	ForwardLatency prometheus.Histogram
@@ -75,6 +80,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		counter("busy_rejects_total", "Requests the gate answered 50301 itself.", &m.BusyRejects),
 		counter("conn_inflight_rejects_total", "Requests answered 50301 because their connection was at gate.max_inflight_per_conn.", &m.ConnInflightRejects),
 		counter("proxy_rejects_total", "Connections closed before a valid PROXY header arrived (untrusted source, malformed, too slow).", &m.ProxyRejects),
+		counter("logic_stream_frames_total", "Frames that carried requests and Closed events to logic (one per batch).", &m.UpstreamFrames),
+		counter("logic_stream_items_total", "Requests and Closed events sent to logic.", &m.UpstreamItems),
 		counter("tls_handshake_failures_total", "TLS handshakes that failed or timed out.", &m.TLSHandshakeFailures),
 		counter("tls_handshake_rejects_total", "TLS connections closed because gate.tls_max_handshakes handshakes were in progress.", &m.TLSHandshakeRejects),
 		counter("tls_cert_reloads_total", "TLS certificates reloaded after their files changed.", &m.CertReloads),

@@ -77,9 +77,22 @@ type stream struct {
 	idx    int
 	client logicv1.GatewayClient
 
-	up    atomic.Bool
-	sendq chan *logicv1.GateFrame
-	infl  *inflight
+	up atomic.Bool
+	// batches is set while the connected logic has said (Welcome) that it
+	// reads GateBatch frames; until then every item goes in its own frame.
+	batches atomic.Bool
+	sendq   chan upItem
+	// buf is the send loop's reusable batch (only that goroutine uses it).
+	buf  []upItem
+	infl *inflight
+}
+
+// upItem is one queued Request or Closed (exactly one is set). The queue
+// holds these rather than frames so a batch wraps each item once, and a
+// lone item goes out as the same frame as before batching.
+type upItem struct {
+	req    *logicv1.Request
+	closed *logicv1.Closed
 }
 
 // NewUpstream prepares clients for every logic address; no I/O happens
@@ -113,7 +126,7 @@ func NewUpstream(cfg UpstreamConfig, log *zap.Logger, m *Metrics, h responder) (
 		for i := 0; i < cfg.StreamsPerLogic; i++ {
 			u.streams = append(u.streams, &stream{
 				u: u, addr: addr, idx: i, client: client,
-				sendq: make(chan *logicv1.GateFrame, cfg.MaxInflight+closedReserve),
+				sendq: make(chan upItem, cfg.MaxInflight+closedReserve),
 				infl:  newInflight(cfg.MaxInflight),
 			})
 		}
@@ -226,7 +239,7 @@ func (u *Upstream) Forward(ctx context.Context, c *Conn, sess *logicv1.Session, 
 		c.inflight.Add(-1)
 		return false
 	}
-	f := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Request{Request: &logicv1.Request{
+	it := upItem{req: &logicv1.Request{
 		ConnId:     c.id,
 		Session:    sess,
 		RealIp:     c.realIP,
@@ -234,9 +247,9 @@ func (u *Upstream) Forward(ctx context.Context, c *Conn, sess *logicv1.Session, 
 		RequestId:  h.RequestID,
 		SequenceId: h.SequenceID,
 		Body:       body,
-	}}}
+	}}
 	select {
-	case st.sendq <- f:
+	case st.sendq <- it:
 		return true
 	default:
 		// When remove fails the stream broke meanwhile and already
@@ -259,11 +272,9 @@ func (u *Upstream) sendClosedOn(st *stream, connID uint64, sess *logicv1.Session
 			return
 		}
 	}
-	f := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Closed{Closed: &logicv1.Closed{
-		ConnId: connID, Session: sess, Reason: reason,
-	}}}
+	it := upItem{closed: &logicv1.Closed{ConnId: connID, Session: sess, Reason: reason}}
 	select {
-	case st.sendq <- f:
+	case st.sendq <- it:
 	default:
 		u.metrics.ClosedDropped.Add(1)
 	}
@@ -371,8 +382,8 @@ func (st *stream) markDown(ctx context.Context) {
 	// connection missing).
 	for {
 		select {
-		case f := <-st.sendq:
-			if f.GetClosed() != nil {
+		case it := <-st.sendq:
+			if it.closed != nil {
 				st.u.metrics.ClosedDropped.Add(1)
 			}
 		default:
@@ -391,7 +402,11 @@ func (st *stream) session(ctx context.Context, wasUp *bool) error {
 	}
 	hello := &logicv1.GateFrame{Kind: &logicv1.GateFrame_Hello{Hello: &logicv1.Hello{
 		GateId: st.u.cfg.GateID, PushAddr: st.u.cfg.PushAdvertise, ClientAddrs: st.u.cfg.ClientAddrs,
+		Batches: true,
 	}}}
+	// A new session starts unbatched: this logic may be one that never
+	// answers with Welcome.
+	st.batches.Store(false)
 	if err := cs.Send(hello); err != nil {
 		return fmt.Errorf("send hello: %w", err)
 	}
@@ -415,8 +430,8 @@ func (st *stream) session(ctx context.Context, wasUp *bool) error {
 			return sctx.Err()
 		case err := <-recvErr:
 			return fmt.Errorf("recv: %w", err)
-		case f := <-st.sendq:
-			if err := cs.Send(f); err != nil {
+		case it := <-st.sendq:
+			if err := st.sendQueued(cs, it); err != nil {
 				return fmt.Errorf("send: %w", err)
 			}
 		case f := <-rebindq:
@@ -434,8 +449,8 @@ func (st *stream) session(ctx context.Context, wasUp *bool) error {
 func (st *stream) finish(cs grpc.BidiStreamingClient[logicv1.GateFrame, logicv1.LogicFrame], recvErr chan error) error {
 	for {
 		select {
-		case f := <-st.sendq:
-			if err := cs.Send(f); err != nil {
+		case it := <-st.sendq:
+			if err := st.sendQueued(cs, it); err != nil {
 				return fmt.Errorf("send while draining: %w", err)
 			}
 			continue
@@ -462,27 +477,38 @@ func (st *stream) recvLoop(ctx context.Context, cs grpc.BidiStreamingClient[logi
 		if err != nil {
 			return err
 		}
-		if f.GetResync() != nil {
+		switch k := f.Kind.(type) {
+		case *logicv1.LogicFrame_Response:
+			st.answer(ctx, k.Response)
+		case *logicv1.LogicFrame_Batch:
+			for _, resp := range k.Batch.GetResponses() {
+				st.answer(ctx, resp)
+			}
+		case *logicv1.LogicFrame_Resync:
 			st.u.metrics.Resyncs.Add(1)
 			select {
 			case resync <- struct{}{}:
 			default: // a pass is already due; it will report everything
 			}
-			continue
+		case *logicv1.LogicFrame_Welcome:
+			st.batches.Store(k.Welcome.GetBatches())
 		}
-		resp := f.GetResponse()
-		if resp == nil {
-			continue
-		}
-		p := st.infl.take(reqKey{conn: resp.ConnId, req: resp.RequestId, seq: resp.SequenceId})
-		if p == nil {
-			// Already answered 50301 (timeout or a broken stream).
-			st.u.metrics.LateResponses.Add(1)
-			continue
-		}
-		st.u.metrics.ForwardLatency.Observe(time.Since(p.sent).Seconds())
-		st.u.handler.onResponse(ctx, resp, p)
 	}
+}
+
+// answer hands one Response to the server, unless its request was already
+// answered 50301 (timeout or a broken stream).
+func (st *stream) answer(ctx context.Context, resp *logicv1.Response) {
+	if resp == nil {
+		return
+	}
+	p := st.infl.take(reqKey{conn: resp.ConnId, req: resp.RequestId, seq: resp.SequenceId})
+	if p == nil {
+		st.u.metrics.LateResponses.Add(1)
+		return
+	}
+	st.u.metrics.ForwardLatency.Observe(time.Since(p.sent).Seconds())
+	st.u.handler.onResponse(ctx, resp, p)
 }
 
 // rebindLoop runs one pass over the authenticated connections per Resync
