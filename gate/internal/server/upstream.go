@@ -16,6 +16,7 @@ import (
 
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/rpclimit"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -115,6 +116,9 @@ func NewUpstream(cfg UpstreamConfig, log *zap.Logger, m *Metrics, h responder) (
 		cc, err := grpc.NewClient(addr,
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			clusterauth.Credentials(cfg.Secret),
+			// The same message limits as logic's end of the stream, so
+			// an answer logic may send is one the gate accepts.
+			rpclimit.DialOption(),
 			grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second, PermitWithoutStream: true}),
 		)
 		if err != nil {
