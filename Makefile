@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzUnmarshal -fuzztime=15s ./pkg/jsonid
 	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./gate/internal/proxyproto
 	$(GO) test -run=^$$ -fuzz=FuzzParseWSHeader -fuzztime=15s ./gate/internal/server
+	$(GO) test -run=^$$ -fuzz=FuzzDecodeBodies -fuzztime=30s ./logic/internal/gateway
 
 proto:
 	proto/gen.sh
