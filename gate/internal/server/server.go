@@ -28,13 +28,20 @@ import (
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 )
 
-// TuneNetpoll sets netpoll's process-wide buffer sizes. The defaults keep
-// 8 KiB in and 4 KiB out per connection; 1 KiB halves idle memory and still
-// handles 64 KiB frames (notes/netpoll-tls-ws-proxy.md). Call it once before
-// the first connection.
+// TuneNetpoll sets netpoll's process-wide buffer sizes. An idle connection
+// keeps one input node (BufferSize, later as large as the most bytes it
+// ever had unread) and one output node (the last write that needed a new
+// node, at least LinkBufferCap, rounded up to a power of two); both stay
+// until filled. The defaults keep 8 KiB in and 4 KiB out per connection.
+// An AUTH frame fits in 512 bytes and the answers an idle client gets
+// (AUTH's, HEARTBEAT's) in 256, so those sizes keep 768 bytes per idle
+// connection instead of 2 KiB (docs/decisions.md 64); larger frames span
+// more nodes and reads (a 64 KiB frame up to 128 reads of 512 bytes; such
+// frames are rare on a chat connection). Call it once before the first
+// connection.
 func TuneNetpoll() error {
-	netpoll.LinkBufferCap = 1024
-	if err := netpoll.Configure(netpoll.Config{BufferSize: 1024}); err != nil {
+	netpoll.LinkBufferCap = 256
+	if err := netpoll.Configure(netpoll.Config{BufferSize: 512}); err != nil {
 		return fmt.Errorf("netpoll: configure: %w", err)
 	}
 	return nil
