@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,9 +58,10 @@ type npConn struct {
 }
 
 // Read copies what netpoll has buffered. Before the handshake is done it
-// waits for at least one byte (bounded by the read timeout and the
-// handshake timer, which closes the connection); afterwards it never
-// waits.
+// waits for at least one byte, bounded by the handshake timer, which
+// closes the connection and so ends the wait; there is no read timeout as
+// well, since netpoll would keep a timer per connection for it. Afterwards
+// it never waits.
 func (c *npConn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
@@ -84,6 +86,38 @@ func (c *npConn) Read(p []byte) (int, error) {
 	// The bytes are copied: netpoll may reuse its buffer.
 	_ = r.Release()
 	return n, nil
+}
+
+// Write hands p to netpoll. During the handshake it writes p in pieces.
+// netpoll sizes a new output node to the write (at least LinkBufferCap,
+// rounded up to a power of two) and keeps the node holding the last bytes
+// written until later writes fill it, so the server's first flight (about
+// 2 KiB with a hybrid key share and one small certificate, more with a
+// chain) written at once pinned a 2 or 4 KiB node for most of an idle
+// connection's life. Pieces of a power of two bytes fill their nodes
+// exactly, and the last piece, at most LinkBufferCap, leaves the smallest
+// node behind; a flight costs a few writes instead of one, once per
+// connection. After the handshake a record goes in one write: an idle
+// connection's records are small, and splitting them would cost a syscall
+// each.
+func (c *npConn) Write(p []byte) (int, error) {
+	if c.nonblock.Load() {
+		return c.Connection.Write(p)
+	}
+	written := 0
+	for len(p) > 0 {
+		k := len(p)
+		if k > netpoll.LinkBufferCap {
+			k = 1 << (bits.Len(uint(k)) - 1)
+		}
+		n, err := c.Connection.Write(p[:k])
+		written += n
+		if err != nil {
+			return written, fmt.Errorf("tls: write: %w", err)
+		}
+		p = p[k:]
+	}
+	return written, nil
 }
 
 // tlsLayer is the TLS state of one connection on the TLS listener.
@@ -139,7 +173,6 @@ func (t *tcpConn) armTLS(nc netpoll.Connection) {
 	s := t.s
 	raw := &npConn{Connection: nc}
 	t.sec = &tlsLayer{raw: raw, tc: tls.Server(raw, s.tlsConf)}
-	_ = nc.SetReadTimeout(s.cfg.TLSHandshakeTimeout)
 	sec := t.sec
 	sec.timer = time.AfterFunc(s.cfg.TLSHandshakeTimeout, func() {
 		if !sec.done.Load() {
@@ -172,7 +205,6 @@ func (t *tcpConn) handshake() error {
 	t.sec.done.Store(true)
 	t.sec.timer.Stop()
 	t.sec.raw.nonblock.Store(true)
-	_ = t.nc.SetReadTimeout(0)
 	return nil
 }
 
