@@ -391,7 +391,7 @@ func encodeBody(body any) ([]byte, error) {
 	case string:
 		return []byte(b), nil
 	default:
-		out, err := json.Marshal(body)
+		out, err := protocol.Marshal(body)
 		if err != nil {
 			return nil, fmt.Errorf("client: encode body: %w", err)
 		}

@@ -24,7 +24,7 @@ func (c *Conn) Send(ctx context.Context, req protocol.SendRequest) (protocol.Sen
 	if req.ClientMsgID == "" {
 		req.ClientMsgID = NewClientMsgID()
 	}
-	body, err := json.Marshal(req)
+	body, err := protocol.Marshal(req)
 	if err != nil {
 		return protocol.SendAck{}, fmt.Errorf("client: encode send: %w", err)
 	}
@@ -85,7 +85,7 @@ func (c *Conn) SendText(ctx context.Context, toUserID int64, text string) (proto
 
 // TextContent returns the content of a text message: {"t":1,"text":…}.
 func TextContent(text string) (json.RawMessage, error) {
-	b, err := json.Marshal(struct {
+	b, err := protocol.Marshal(struct {
 		T    int    `json:"t"`
 		Text string `json:"text"`
 	}{1, text})
