@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -154,6 +155,30 @@ func inheritedEnv() []string {
 		}
 	}
 	return out
+}
+
+// RSS returns the process's resident memory in bytes, from /proc.
+func (p *Process) RSS() (int64, error) {
+	p.mu.Lock()
+	cmd := p.cmd
+	p.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return 0, fmt.Errorf("%s is not running", p.Name)
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+	if err != nil {
+		return 0, fmt.Errorf("rss of %s: %w", p.Name, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("rss of %s: %q: %w", p.Name, line, err)
+			}
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("rss of %s: no VmRSS line", p.Name)
 }
 
 // Stop sends SIGTERM and waits (then SIGKILL after 15 s).
