@@ -58,8 +58,9 @@ type Options struct {
 	// WriteTimeout bounds one frame write (default 10 s), so a server that
 	// stopped reading cannot wedge the caller or the reader's PUSH_ACKs.
 	WriteTimeout time.Duration
-	// MaxFrameSize limits incoming frames, header included (default 16 MiB:
-	// sync pages are larger than the 64 KiB the server accepts from clients).
+	// MaxFrameSize limits incoming frames, header included (default
+	// frame.DefaultMaxFrameSize, 64 KiB: the server's size rule keeps every
+	// push and page within it, and a client closes on a larger frame).
 	MaxFrameSize int
 	// MaxInflated limits an incoming gzip body after inflating (default 64 MiB).
 	MaxInflated int
@@ -95,7 +96,7 @@ func (o Options) withDefaults() Options {
 		o.WriteTimeout = 10 * time.Second
 	}
 	if o.MaxFrameSize <= 0 {
-		o.MaxFrameSize = 16 << 20
+		o.MaxFrameSize = frame.DefaultMaxFrameSize
 	}
 	if o.MaxInflated <= 0 {
 		o.MaxInflated = 64 << 20
