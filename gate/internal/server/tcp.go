@@ -39,7 +39,7 @@ type tcpConn struct {
 	// timer.
 	proxyBuf   []byte
 	awaiting   atomic.Bool
-	proxyTimer *time.Timer
+	proxyTimer stageTimer
 
 	// refused is why a connection over one of the gate's caps got no
 	// session; refuseTimer closes it if it sends nothing (limits.go).
@@ -114,17 +114,15 @@ func (t *tcpConn) onClosed(netpoll.Connection) error {
 	t.closed = true
 	c := t.c
 	t.mu.Unlock()
-	if t.proxyTimer != nil {
-		t.proxyTimer.Stop()
-	}
+	t.proxyTimer.stop()
 	if t.refuseTimer != nil {
 		t.refuseTimer.Stop()
 	}
 	if t.sec != nil {
-		t.sec.timer.Stop()
+		t.sec.timer.stop()
 	}
 	if t.ws != nil {
-		t.ws.timer.Stop()
+		t.ws.timer.stop()
 	}
 	if c != nil {
 		t.s.closeSession(c)
@@ -248,16 +246,16 @@ func (s *Server) onPrepare(nc netpoll.Connection, kind carrier) context.Context 
 	// nothing (logs, logic's real_ip) ever sees the balancer's address.
 	if !s.proxy.trusts(nc.RemoteAddr()) {
 		if t.sec != nil {
-			t.sec.timer.Stop()
+			t.sec.timer.stop()
 		}
 		if t.ws != nil {
-			t.ws.timer.Stop()
+			t.ws.timer.stop()
 		}
 		s.proxyReject(nc, "untrusted source", nil)
 		return s.ctx
 	}
 	t.awaiting.Store(true)
-	t.proxyTimer = time.AfterFunc(s.proxy.timeout, func() {
+	t.proxyTimer.arm(s.proxy.timeout, func() {
 		if t.awaiting.Load() {
 			s.proxyReject(nc, "header timeout", nil)
 		}
@@ -298,7 +296,7 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 			return nil
 		}
 		t.awaiting.Store(false)
-		t.proxyTimer.Stop()
+		t.proxyTimer.stop()
 		t.realIP = realIP
 	}
 	if t.sec != nil && !t.sec.done.Load() {

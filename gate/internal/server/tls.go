@@ -127,7 +127,7 @@ type tlsLayer struct {
 	// done is set once the handshake succeeded; timer closes the
 	// connection if it has not by the deadline.
 	done  atomic.Bool
-	timer *time.Timer
+	timer stageTimer
 }
 
 // plainBufs lends OnRequest a buffer for one record's plaintext, so an idle
@@ -174,7 +174,7 @@ func (t *tcpConn) armTLS(nc netpoll.Connection) {
 	raw := &npConn{Connection: nc}
 	t.sec = &tlsLayer{raw: raw, tc: tls.Server(raw, s.tlsConf)}
 	sec := t.sec
-	sec.timer = time.AfterFunc(s.cfg.TLSHandshakeTimeout, func() {
+	sec.timer.arm(s.cfg.TLSHandshakeTimeout, func() {
 		if !sec.done.Load() {
 			s.metrics.TLSHandshakeFailures.Add(1)
 			s.log.Debug("tls handshake timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
@@ -203,7 +203,7 @@ func (t *tcpConn) handshake() error {
 		return fmt.Errorf("tls: handshake: %w", err)
 	}
 	t.sec.done.Store(true)
-	t.sec.timer.Stop()
+	t.sec.timer.stop()
 	t.sec.raw.nonblock.Store(true)
 	return nil
 }

@@ -59,7 +59,7 @@ type wsLayer struct {
 	// upgraded is set once the 101 is written; timer closes the
 	// connection if it has not been by the deadline.
 	upgraded atomic.Bool
-	timer    *time.Timer
+	timer    stageTimer
 	// req holds an upgrade request that has not fully arrived.
 	req []byte
 	// pending holds a WebSocket frame that has not fully arrived; msg a
@@ -174,7 +174,7 @@ func (t *tcpConn) armWS(nc netpoll.Connection) {
 	l := &wsLayer{}
 	t.ws = l
 	s := t.s
-	l.timer = time.AfterFunc(wsUpgradeTimeout, func() {
+	l.timer.arm(wsUpgradeTimeout, func() {
 		if !l.upgraded.Load() {
 			s.log.Debug("ws upgrade timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
 			_ = nc.Close()
@@ -240,7 +240,7 @@ func (t *tcpConn) upgradeWS(src byteSource) (bool, error) {
 		return false, fmt.Errorf("ws: upgrade: %w", err)
 	}
 	l.upgraded.Store(true)
-	l.timer.Stop()
+	l.timer.stop()
 	return true, nil
 }
 
