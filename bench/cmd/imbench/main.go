@@ -134,7 +134,7 @@ func run(ctx context.Context, log *slog.Logger, p scenario.Profile, only, root, 
 	c, err := cluster.Start(ctx, cluster.Options{Root: root, Dir: scratch, Gates: 3, Services: svc,
 		// The per-device send limit protects production from one noisy
 		// device; here it would cap the benchmark instead of the system.
-		ExtraEnv: []string{"IM_LOGIC_SEND_RATE=1000000", "IM_LOGIC_SEND_BURST=1000000"}}, log)
+		ExtraEnv: []string{"IM_LOGIC_RATE_LIMIT_SEND_DEVICE_RATE=1000000", "IM_LOGIC_RATE_LIMIT_SEND_DEVICE_BURST=1000000"}}, log)
 	if err != nil {
 		return err
 	}
