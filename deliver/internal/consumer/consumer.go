@@ -139,6 +139,7 @@ func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Lo
 		}
 		bo.Reset()
 		if len(msgs) > 0 {
+			c.m.Reclaimed.Add(float64(len(msgs)))
 			log.Info("claimed pending jobs", zap.Int("count", len(msgs)))
 		}
 		if !c.handleEntries(ctx, readCtx, p, msgs, log) {

@@ -2,7 +2,11 @@
 // process's own registry (never the global one).
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Job results for Metrics.Jobs.
 const (
@@ -57,6 +61,16 @@ type Metrics struct {
 	ListUpdates *prometheus.CounterVec
 	// MailboxEvents counts MISSED_MESSAGE events by result.
 	MailboxEvents *prometheus.CounterVec
+	// Reclaimed counts pending entries taken over by XAUTOCLAIM: a
+	// previous owner's unacknowledged jobs, or this instance's own after
+	// a read whose reply was lost.
+	Reclaimed prometheus.Counter
+	// QueueLength, QueuePending and QueueOldestAge are sampled per
+	// partition on a timer (see consumer.SampleQueues), never per job.
+	// Labels are partition numbers, a set fixed by queue.partitions.
+	QueueLength    *prometheus.GaugeVec
+	QueuePending   *prometheus.GaugeVec
+	QueueOldestAge *prometheus.GaugeVec
 }
 
 // New creates the collectors and registers them on reg.
@@ -100,8 +114,37 @@ func New(reg prometheus.Registerer) *Metrics {
 		MailboxEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "deliver", Name: "mailbox_events_total", Help: "MISSED_MESSAGE mailbox events, by result.",
 		}, []string{"result"}),
+		Reclaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "deliver", Name: "jobs_reclaimed_total",
+			Help: "Pending jobs taken over by XAUTOCLAIM (a previous owner's unacknowledged jobs, or ours after a lost read reply).",
+		}),
+		QueueLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "deliver", Name: "queue_length",
+			Help: "Jobs in a partition's stream not yet acknowledged (read or not), sampled.",
+		}, []string{"partition"}),
+		QueuePending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "deliver", Name: "queue_pending",
+			Help: "Jobs of a partition read by a consumer and not yet acknowledged (XPENDING), sampled.",
+		}, []string{"partition"}),
+		QueueOldestAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "deliver", Name: "queue_oldest_age_seconds",
+			Help: "Age of the oldest unacknowledged job of a partition (0 when empty), sampled.",
+		}, []string{"partition"}),
 	}
 	reg.MustRegister(m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.Dropped,
-		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors, m.ListUpdates, m.MailboxEvents)
+		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors, m.ListUpdates, m.MailboxEvents,
+		m.Reclaimed, m.QueueLength, m.QueuePending, m.QueueOldestAge)
 	return m
+}
+
+// InitPartitions creates the per-partition series of partitions 0..n-1 at
+// zero, so a dashboard and an alert see every partition from the first
+// scrape instead of only after its first sample.
+func (m *Metrics) InitPartitions(n int) {
+	for p := 0; p < n; p++ {
+		l := strconv.Itoa(p)
+		m.QueueLength.WithLabelValues(l)
+		m.QueuePending.WithLabelValues(l)
+		m.QueueOldestAge.WithLabelValues(l)
+	}
 }

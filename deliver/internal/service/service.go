@@ -29,6 +29,9 @@ type Config struct {
 	// Drain bounds how long in-flight jobs may finish after shutdown
 	// starts (default 5 s); unfinished ones stay pending for the next owner.
 	Drain time.Duration
+	// SampleEvery is how often the per-partition queue gauges are read
+	// from Redis (default 5 s, a typical scrape interval).
+	SampleEvery time.Duration
 }
 
 // Service is one deliver instance.
@@ -38,6 +41,7 @@ type Service struct {
 	log     *zap.Logger
 	leases  *lease.Manager
 	cons    *consumer.Consumer
+	m       *metrics.Metrics
 	started chan struct{}
 	groups  atomic.Bool
 }
@@ -50,8 +54,11 @@ func New(rdb redis.UniversalClient, cfg Config, proc consumer.Processor, log *za
 	if cfg.Block <= 0 {
 		cfg.Block = time.Second
 	}
+	if cfg.SampleEvery <= 0 {
+		cfg.SampleEvery = 5 * time.Second
+	}
 	return &Service{
-		rdb: rdb, cfg: cfg, log: log,
+		rdb: rdb, cfg: cfg, log: log, m: m,
 		leases:  lease.New(rdb, lease.Config{ID: cfg.ID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}, log, m),
 		cons:    consumer.New(rdb, consumer.Config{Name: cfg.ID, BatchSize: cfg.BatchSize, Block: cfg.Block}, proc, log, m),
 		started: make(chan struct{}),
@@ -95,6 +102,14 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.groups.Store(true)
 	close(s.started)
+	// Sampling starts once the groups exist: XPENDING on a stream without
+	// its group fails.
+	sampled := make(chan struct{})
+	go func() {
+		defer close(sampled)
+		consumer.SampleQueues(ctx, s.rdb, s.cfg.Partitions, s.cfg.SampleEvery, s.m, s.log)
+	}()
+	defer func() { <-sampled }()
 
 	// In-flight jobs outlive ctx by the drain time, so a SIGTERM does not cut
 	// a push in half; after it they are abandoned and stay pending.
