@@ -40,7 +40,10 @@ type Conn struct {
 	tr     Transport
 	realIP string
 	// addrKey is realIP as the per-address cap counts it (pkg/ipkey).
-	addrKey   string
+	addrKey string
+	// carried is the per-carrier connection gauge this connection
+	// counts in, kept so closing decrements the one opening incremented.
+	carried   *atomic.Int64
 	createdAt time.Time
 
 	state      atomic.Int32

@@ -10,7 +10,9 @@ import (
 // never touches a label map, and Stats can read them without scraping;
 // Prometheus reads the same values through func collectors.
 type Metrics struct {
-	Connections      atomic.Int64
+	Connections atomic.Int64
+	// CarrierConns splits Connections by carrier, indexed like carriers.
+	CarrierConns     [len(carriers)]atomic.Int64
 	Authenticated    atomic.Int64
 	FramesIn         atomic.Uint64
 	FramesOut        atomic.Uint64
@@ -50,6 +52,21 @@ type Metrics struct {
 	ForwardLatency prometheus.Histogram
 }
 
+// carriers are the values of gate_carrier_connections' carrier label: a
+// fixed set, so the label cannot grow.
+var carriers = [...]string{"tcp", "tls", "ws", "wss", "other"}
+
+// carrierConns returns the gauge of the carrier a Transport's Kind names;
+// unknown kinds (test transports) share "other".
+func (m *Metrics) carrierConns(kind string) *atomic.Int64 {
+	for i, k := range carriers[:len(carriers)-1] {
+		if k == kind {
+			return &m.CarrierConns[i]
+		}
+	}
+	return &m.CarrierConns[len(carriers)-1]
+}
+
 // NewMetrics registers the gate's metrics on reg.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
@@ -67,6 +84,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
 		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "gate", Name: name, Help: help},
 			func() float64 { return float64(v.Load()) })
+	}
+	for i, k := range carriers {
+		v := &m.CarrierConns[i]
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gate", Name: "carrier_connections",
+			Help: "Open client connections, by carrier (tcp, tls, ws, wss).", ConstLabels: prometheus.Labels{"carrier": k}},
+			func() float64 { return float64(v.Load()) }))
 	}
 	reg.MustRegister(
 		m.ForwardLatency,

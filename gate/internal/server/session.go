@@ -34,6 +34,8 @@ func (s *Server) openSession(tr Transport, realIP string) (*Conn, string) {
 	c.out = NewOutbound(c, s.cfg.OutboundQueue, func(n int) { s.metrics.FramesOut.Add(uint64(n)) })
 	s.table.Add(c)
 	s.metrics.Connections.Add(1)
+	c.carried = s.metrics.carrierConns(tr.Kind())
+	c.carried.Add(1)
 	return c, ""
 }
 
@@ -49,6 +51,7 @@ func (s *Server) closeSession(c *Conn) {
 	s.table.Remove(c)
 	c.out.Close()
 	s.metrics.Connections.Add(-1)
+	c.carried.Add(-1)
 	s.limits.release(c.addrKey, prev == stateConnecting)
 	reason := c.reason()
 	if prev == stateAuthenticated {
