@@ -21,6 +21,7 @@ import (
 	"github.com/sparkim/spark/pkg/batch"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -131,12 +132,22 @@ func (s *Server) Connect(stream logicv1.Gateway_ConnectServer) error {
 		inflight.add() // before the drain check, so Drain waits for it
 		if s.isDraining() {
 			inflight.done()
+			s.h.Metrics.DrainRejects.Inc()
 			reply(s.busy(req))
 			return
+		}
+		// Only SENDs are timed from here, so other commands do not pay
+		// for a clock read on the receive loop.
+		var arrived time.Time
+		if req.Command == uint32(protocol.CmdSendMessage) {
+			arrived = time.Now()
 		}
 		s.disp.Submit(connKey{gateID, req.ConnId}, func() {
 			defer inflight.done()
 			reply(s.h.Handle(s.base, gateID, req))
+			if !arrived.IsZero() {
+				s.h.Metrics.SendAck.Observe(time.Since(arrived).Seconds())
+			}
 		})
 	}
 	closed := func(c *logicv1.Closed) {

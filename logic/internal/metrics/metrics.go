@@ -28,6 +28,13 @@ type Metrics struct {
 	// SendCommits counts group-commit transactions by result: ok,
 	// fallback (rolled back, committed one by one) or error.
 	SendCommits *prometheus.CounterVec
+	// SendAck is the time from a SEND_MESSAGE arriving on a gateway
+	// stream to its answer being queued back: SendLatency plus the wait
+	// behind the same connection's earlier requests.
+	SendAck prometheus.Histogram
+	// DrainRejects counts requests answered 50301 without being handled
+	// because the process was draining (they never reach Requests).
+	DrainRejects prometheus.Counter
 }
 
 // New creates and registers the collectors on reg (nil: not registered).
@@ -72,10 +79,19 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "spark", Subsystem: "logic", Name: "send_commits_total",
 			Help: "Group-commit transactions of sends, by result (ok, fallback, error).",
 		}, []string{"result"}),
+		SendAck: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "send_ack_seconds",
+			Help:    "Time from a SEND_MESSAGE arriving on a gateway stream to its answer being queued to the gate.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		DrainRejects: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "drain_rejects_total",
+			Help: "Requests answered 50301 unhandled because logic was draining.",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams,
-			m.GatewayBatchSize, m.SendBatchSize, m.SendCommits)
+			m.GatewayBatchSize, m.SendBatchSize, m.SendCommits, m.SendAck, m.DrainRejects)
 	}
 	return m
 }
