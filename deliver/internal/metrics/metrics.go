@@ -134,6 +134,19 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.Dropped,
 		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors, m.ListUpdates, m.MailboxEvents,
 		m.Reclaimed, m.QueueLength, m.QueuePending, m.QueueOldestAge)
+	// Every result of the fixed result sets is exported from the start
+	// (at 0), so rate() and alerts see a series before its first event:
+	// a mailbox failure must not be invisible because it never happened
+	// since the last restart.
+	for _, r := range []string{ResultPushed, ResultDuplicate, ResultMalformed, ResultUnknown, ResultSignal} {
+		m.Jobs.WithLabelValues(r)
+	}
+	for _, r := range []string{ListApplied, ListSkipped} {
+		m.ListUpdates.WithLabelValues(r)
+	}
+	for _, r := range []string{MailboxAppended, MailboxFailed, MailboxSkipped} {
+		m.MailboxEvents.WithLabelValues(r)
+	}
 	return m
 }
 

@@ -93,5 +93,13 @@ func New(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams,
 			m.GatewayBatchSize, m.SendBatchSize, m.SendCommits, m.SendAck, m.DrainRejects)
 	}
+	// The fixed result sets are exported from the start (at 0), so a
+	// failure rate is a series before the first failure.
+	for _, r := range []string{"ok", "fallback", "error"} {
+		m.SendCommits.WithLabelValues(r)
+	}
+	for _, r := range []string{"ok", "error"} {
+		m.Kicks.WithLabelValues(r)
+	}
 	return m
 }
