@@ -146,9 +146,9 @@ func own(body []byte, aliased bool) []byte {
 
 // answer queues a reply to the request h. Answers never block. A queue
 // full of answers (twice gate.outbound_queue) means the client sends
-// requests far faster than it reads their answers: it is closed rather
-// than left waiting for answers that were dropped, and reconnects and
-// syncs like after any lost connection.
+// requests far faster than it reads their answers: it gets what is
+// queued and is then closed, rather than left waiting for answers that
+// were dropped, and reconnects and syncs like after any lost connection.
 func (s *Server) answer(c *Conn, h frame.Header, body []byte, kind frameKind, closeAfter bool) {
 	f := outFrame{
 		hdr:   frame.Header{Command: h.Command, RequestID: h.RequestID, SequenceID: h.SequenceID},
@@ -158,9 +158,13 @@ func (s *Server) answer(c *Conn, h frame.Header, body []byte, kind frameKind, cl
 	}
 	switch c.out.Enqueue(f) {
 	case queueFull:
+		// The answers already queued still go out, then the close.
 		s.metrics.ResponsesDropped.Add(1)
 		s.log.Debug("answers not read, closing", zap.Uint64("conn_id", c.id), zap.String("real_ip", c.realIP))
-		c.Close("answers not read: outbound queue full")
+		c.setCloseReason("answers not read: outbound queue full")
+		if c.out.Finish() {
+			c.Close("answers not read: outbound queue full")
+		}
 	case queueClosed:
 		if closeAfter {
 			c.Close("closed after answer")
