@@ -166,7 +166,9 @@ func TestHostileClients(t *testing.T) {
 		reader := strictLogin(t, c, 9412, "lt-reader")
 		const n = 12
 		cmid := func(i int) string { return fmt.Sprintf("lt-%03d", i) }
-		wrap := func(k int) string { return `{"t":1,"text":"` + strings.Repeat("<>&", k/3) + strings.Repeat("<", k%3) + `"}` }
+		wrap := func(k int) string {
+			return `{"t":1,"text":"` + strings.Repeat("<>&", k/3) + strings.Repeat("<", k%3) + `"}`
+		}
 		k := 0
 		for protocol.MessageFits(len(wrap(k+1)), len(cmid(0)), maxFrame) {
 			k++
