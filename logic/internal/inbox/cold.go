@@ -2,7 +2,6 @@ package inbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -22,23 +21,17 @@ const (
 	deletedBatch = 500
 )
 
-// PreviewOf is a message's list preview, built exactly like deliver builds
-// it from the MESSAGE push (so incremental and cold states agree); a
-// recalled message has no text and Recalled set.
+// PreviewOf is a message's list preview, built by dialog.PreviewOf exactly
+// as logic builds the one deliver stores (so incremental and cold states
+// agree); a recalled message has no text and Recalled set.
 func PreviewOf(m store.Message) dialog.Preview {
-	p := dialog.Preview{
-		MsgID: strconv.FormatInt(m.ID, 10), MessageType: m.MessageType, SenderID: strconv.FormatInt(m.SenderID, 10),
-	}
 	if m.Status != store.MessageNormal {
-		p.Recalled = true
-		return p
+		return dialog.Preview{
+			MsgID: strconv.FormatInt(m.ID, 10), MessageType: m.MessageType, SenderID: strconv.FormatInt(m.SenderID, 10),
+			Recalled: true,
+		}
 	}
-	var c struct {
-		Text string `json:"text"`
-	}
-	_ = json.Unmarshal(m.Content, &c) // media content has no text
-	p.Text = dialog.PreviewText(m.MessageType, c.Text)
-	return p
+	return dialog.PreviewOf(m.ID, m.SenderID, m.MessageType, m.Content)
 }
 
 // ColdState computes a user's state of a conversation from MySQL
