@@ -88,6 +88,13 @@ type Gate struct {
 	// RequestTimeout is how long a forwarded request may wait for logic
 	// before the gate answers 50301.
 	RequestTimeout time.Duration `mapstructure:"request_timeout"`
+	// ShutdownKickWindow is how long a gate on SIGTERM takes to send its
+	// connections KICK "server_shutdown", spread evenly over the window,
+	// so its clients reconnect to the other gates gradually rather than
+	// all in the same second (a reconnect storm); 0 kicks them all at
+	// once. Shutdown takes at most this plus the drain timeout plus a few
+	// seconds to stop the streams (docs/decisions.md 70).
+	ShutdownKickWindow time.Duration `mapstructure:"shutdown_kick_window"`
 	// ProxyProtocol makes every client connection start with a PROXY
 	// protocol v1 or v2 header from an L4 balancer, naming the client's
 	// real address. Only peers in ProxyTrustedCIDRs (CIDRs or bare
@@ -301,6 +308,7 @@ var defaults = map[string]any{
 	"gate.outbound_queue":           256,
 	"gate.shards":                   64,
 	"gate.request_timeout":          10 * time.Second,
+	"gate.shutdown_kick_window":     10 * time.Second,
 	"gate.proxy_protocol":           false,
 	"gate.proxy_trusted_cidrs":      []string{},
 	"gate.proxy_header_timeout":     3 * time.Second,
@@ -496,9 +504,12 @@ func validateWS(g Gate) error {
 	return nil
 }
 
-// validateGateLimits checks the gate's connection caps and the pre-AUTH
-// frame limit.
+// validateGateLimits checks the shutdown kick window, the gate's
+// connection caps and the pre-AUTH frame limit.
 func validateGateLimits(g Gate) error {
+	if g.ShutdownKickWindow < 0 {
+		return fmt.Errorf("config: gate.shutdown_kick_window %v must be 0 (kick all at once) or positive", g.ShutdownKickWindow)
+	}
 	if g.MaxConnsPerIP < 0 || g.MaxUnauthenticated < 0 {
 		return fmt.Errorf("config: gate.max_conns_per_ip (%d) and gate.max_unauthenticated (%d) must be 0 (off) or positive",
 			g.MaxConnsPerIP, g.MaxUnauthenticated)
