@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -92,7 +91,9 @@ func run(configPath string) error {
 }
 
 func shutdown(srv *server.Server, adm *admin.Server, log *zap.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	// The kick window plus the drain: the server bounds each step itself,
+	// this only keeps a wedged step from holding the process forever.
+	ctx, cancel := context.WithTimeout(context.Background(), srv.ShutdownBound())
 	defer cancel()
 	if err := srv.Shutdown(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Warn("shutdown", zap.Error(err))

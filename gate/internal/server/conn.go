@@ -60,6 +60,16 @@ type Conn struct {
 	inflight atomic.Int32
 	// stream is the upstream stream this connection is pinned to.
 	stream atomic.Pointer[stream]
+	// awaiting counts the requests forwarded to logic whose answer (or
+	// 50301) is not yet queued on out. It is raised before forwarding and
+	// lowered after queueing, unlike inflight, which logic's answer lowers
+	// before the answer is queued: a shutdown kick waits for it to reach 0
+	// so no answer can land behind the KICK.
+	awaiting atomic.Int32
+	// leaving is set when the gate is about to kick the connection on
+	// shutdown: its new requests are answered 50301 instead of forwarded,
+	// so awaiting only falls.
+	leaving atomic.Bool
 
 	mu          sync.Mutex
 	session     *logicv1.Session

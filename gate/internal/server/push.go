@@ -118,13 +118,10 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 	if reason == "" {
 		reason = "kicked"
 	}
-	data, err := protocol.Marshal(struct {
-		Reason string `json:"reason"`
-	}{reason})
+	body, err := p.s.kickBody(reason)
 	if err != nil {
-		return nil, status.Errorf(codes.Internal, "encode kick: %v", err)
+		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
-	body := envelope.OK(p.s.ids.Next(), data)
 	reply := &gatev1.KickReply{}
 	for _, t := range req.Targets {
 		if err := ctx.Err(); err != nil {
@@ -156,6 +153,17 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 	return reply, nil
 }
 
+// kickBody is the body of KICK {"reason"}.
+func (s *Server) kickBody(reason string) ([]byte, error) {
+	data, err := protocol.Marshal(protocol.Kick{Reason: reason})
+	if err != nil {
+		return nil, fmt.Errorf("encode kick: %w", err)
+	}
+	return envelope.OK(s.ids.Next(), data), nil
+}
+
+// kick queues KICK as c's last frame and takes c out of the table; it
+// reports false when c had already left it (closed or kicked).
 func (s *Server) kick(c *Conn, reason string, body []byte) bool {
 	if !s.table.Remove(c) {
 		return false

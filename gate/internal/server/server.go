@@ -55,8 +55,8 @@ type Options struct {
 	Registry      prometheus.Registerer
 	// SweepInterval is how often timeouts are checked; 0 means a second.
 	SweepInterval time.Duration
-	// DrainTimeout bounds waiting for in-flight answers on shutdown; 0
-	// means 5 s.
+	// DrainTimeout bounds waiting for a connection's in-flight answers
+	// before its shutdown KICK; 0 means 5 s.
 	DrainTimeout time.Duration
 }
 
@@ -360,31 +360,42 @@ func (s *Server) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Shutdown fails readiness, stops accepting, waits (bounded) for answers
-// in flight, closes every connection after its queued frames (so logic gets
-// Closed for each) and stops the streams and the Push server.
+// Shutdown fails readiness and stops accepting (new connections are
+// closed at once), then sends every connection KICK server_shutdown spread
+// over gate.shutdown_kick_window, each after the answers of its requests
+// already with logic (bounded by the drain timeout) and closed once the
+// KICK is written, so logic gets Closed for each; then it stops the
+// streams and the Push server (docs/decisions.md 70). It returns within
+// ShutdownBound, sooner when ctx ends (what is left is then kicked at
+// once).
 func (s *Server) Shutdown(ctx context.Context) error {
 	if s.draining.Swap(true) {
 		return nil
 	}
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 
-	dctx, cancel := context.WithTimeout(ctx, s.drain)
+	window := max(s.cfg.ShutdownKickWindow, 0)
+	kctx, cancel := context.WithTimeout(ctx, window+s.drain)
 	defer cancel()
-	s.waitFor(dctx, func() bool { return s.up.Inflight() == 0 })
+	kicked := s.kickAll(kctx, window)
+	// A connection whose session started just as draining began may have
+	// missed the snapshot kickAll took; it is kicked now, after the
+	// answers already queued.
+	kicked = append(kicked, s.kickAll(kctx, 0)...)
 
-	s.table.Range(func(c *Conn) bool {
-		c.setCloseReason("server shutting down")
-		if c.out.Finish() {
-			c.Close("server shutting down")
+	// Each KICK write returns within the write timeout.
+	wctx, wcancel := context.WithTimeout(ctx, s.cfg.WriteTimeout)
+	defer wcancel()
+	s.waitFor(wctx, func() bool { return kickedClosed(kicked) })
+	for _, c := range kicked {
+		if c.state.Load() != stateClosed {
+			c.Close("server shutting down: kick not written in time")
 		}
-		return true
-	})
-	s.waitFor(dctx, func() bool { return s.table.Len() == 0 })
+	}
 	s.table.Range(func(c *Conn) bool { c.Close("server shutting down"); return true })
 
-	// The listener was kept open while draining (netpoll's Shutdown also
-	// closes every idle connection, which must wait for in-flight answers);
+	// The listener was kept open while kicking (netpoll's Shutdown also
+	// closes every idle connection, which must wait for its KICK);
 	// onPrepare refused new connections meanwhile.
 	lctx, lcancel := context.WithTimeout(ctx, time.Second)
 	defer lcancel()

@@ -107,9 +107,8 @@ func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body 
 			s.fail(c, h, errcode.InvalidArgument, "auth already in progress")
 			return true
 		}
-		if !s.up.Forward(ctx, c, nil, h, own(body, aliased)) {
+		if !s.forward(ctx, c, nil, h, own(body, aliased)) {
 			c.authInflight.Store(false)
-			s.busy(c, h)
 		}
 		return true
 	}
@@ -119,9 +118,29 @@ func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body 
 	case protocol.CmdPushAck:
 		s.metrics.PushAcks.Add(1)
 	default:
-		if !s.up.Forward(ctx, c, c.Session(), h, own(body, aliased)) {
-			s.busy(c, h)
-		}
+		s.forward(ctx, c, c.Session(), h, own(body, aliased))
+	}
+	return true
+}
+
+// forward hands a request to logic, or answers it 50301 itself and
+// reports false: when the upstream refuses it, and when the connection is
+// about to be kicked on shutdown (its client retries on the gate it
+// reconnects to). awaiting is raised before leaving is read and the
+// shutdown sets leaving before it reads awaiting, so either the kick
+// waits for this request's answer or the request is refused; it is never
+// answered after the KICK.
+func (s *Server) forward(ctx context.Context, c *Conn, sess *logicv1.Session, h frame.Header, body []byte) bool {
+	c.awaiting.Add(1)
+	if c.leaving.Load() {
+		c.awaiting.Add(-1)
+		s.fail(c, h, errcode.Busy, "server shutting down")
+		return false
+	}
+	if !s.up.Forward(ctx, c, sess, h, body) {
+		c.awaiting.Add(-1)
+		s.busy(c, h)
+		return false
 	}
 	return true
 }
@@ -198,6 +217,8 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 		}
 		return
 	}
+	// Lowered once the answer (and a deferred kick) is queued.
+	defer c.awaiting.Add(-1)
 	if resp.Bind != nil {
 		// Bind before queueing the answer: a client that has read the AUTH
 		// answer may send its next request at once.
@@ -233,6 +254,7 @@ func (s *Server) onBusy(_ context.Context, p *pendingReq) {
 	if c == nil {
 		return
 	}
+	defer c.awaiting.Add(-1)
 	if p.command == protocol.CmdAuth {
 		c.authInflight.Store(false)
 	}
