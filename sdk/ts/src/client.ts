@@ -7,7 +7,9 @@
 // changed) from cursors kept in localStorage per user and device. A lost
 // connection is reopened with jittered exponential backoff; a KICK (the same
 // device signed in elsewhere, revoked, disabled) or a refused token ends it
-// for good, so two tabs of one device never kick each other in a loop.
+// for good, so two tabs of one device never kick each other in a loop. The
+// one exception is KICK "server_shutdown", a gate stopping: the client
+// reconnects, to the next URL when it has several, like after a drop.
 
 import { encodeFrame, compress, readMessage, FrameError, type FrameFields } from "./frame.js";
 import {
@@ -60,8 +62,12 @@ export interface WebSocketLike {
 
 /** Options of a SparkClient. */
 export interface SparkOptions {
-  /** The gate's WebSocket endpoint, e.g. wss://im.example.com/ws. */
-  url: string;
+  /**
+   * The gate's WebSocket endpoint, e.g. wss://im.example.com/ws, or several
+   * gates' endpoints: each reconnect goes to the next, so the pages of a
+   * stopping gate move to the others.
+   */
+  url: string | readonly string[];
   /** The user's token (HS256 JWT from the business server), or a function returning a fresh one for each connect. */
   token: string | (() => string | Promise<string>);
   /** The signed-in user; AUTH must confirm it (it keys the saved cursors). */
@@ -156,7 +162,11 @@ export interface SparkEvents {
   recall: (conversationId: Id, msgId: Id) => void;
   /** The user deleted a message for themselves (it left the cache). */
   delete: (conversationId: Id, msgId: Id) => void;
-  /** The server kicked this device; the client will not reconnect by itself. */
+  /**
+   * The server kicked this device; the client will not reconnect by itself.
+   * Not emitted for KICK "server_shutdown" (a gate stopping), after which
+   * the client reconnects: the state goes "offline" with that detail.
+   */
   kick: (reason: string) => void;
   /** A sync finished. */
   synced: (s: SyncSummary) => void;
@@ -212,6 +222,9 @@ export function backoffDelay(attempt: number, minMs: number, maxMs: number, rand
   return base / 2 + random() * (base / 2);
 }
 
+/** The KICK reason of a gate that is stopping: reconnect, elsewhere, rather than stop. */
+export const KICK_SERVER_SHUTDOWN = "server_shutdown";
+
 /** A fresh random idempotency key (32 hex digits), as the Go client's NewClientMsgID. */
 export function newClientMsgId(): string {
   const b = new Uint8Array(16);
@@ -254,7 +267,7 @@ type Listeners = { [K in keyof SparkEvents]: Set<SparkEvents[K]> };
 
 /** A Spark IM client for browsers. */
 export class SparkClient {
-  private readonly o: Required<Omit<SparkOptions, "token" | "storage" | "createWebSocket" | "random">> & {
+  private readonly o: Required<Omit<SparkOptions, "url" | "token" | "storage" | "createWebSocket" | "random">> & {
     token: SparkOptions["token"];
     storage: KeyValueStore;
     createWebSocket: (url: string) => WebSocketLike;
@@ -272,6 +285,9 @@ export class SparkClient {
     push: new Set(),
     error: new Set(),
   };
+  /** The gates' endpoints; urlIndex is the one the next open uses. */
+  private readonly urls: readonly string[];
+  private urlIndex = 0;
   private st: DeviceState;
   private connState: ConnState = "idle";
   private link: Link | null = null;
@@ -309,7 +325,6 @@ export class SparkClient {
       maxFrameSize: 16 << 20,
       maxInflated: 64 << 20,
       ...definedOnly(options),
-      url: options.url,
       token: options.token,
       userId: options.userId,
       deviceId: options.deviceId,
@@ -317,6 +332,8 @@ export class SparkClient {
       createWebSocket: options.createWebSocket ?? ((url) => new WebSocket(url) as unknown as WebSocketLike),
       random: options.random ?? Math.random,
     };
+    this.urls = typeof options.url === "string" ? [options.url] : [...options.url];
+    if (this.urls.length === 0) throw new Error("spark: url must name at least one endpoint");
     this.st = loadState(this.o.storage, this.o.userId, this.o.deviceId);
     for (const list of Object.values(this.st.messages)) for (const m of list) this.remember(m.msg_id);
   }
@@ -391,12 +408,13 @@ export class SparkClient {
     this.setState("connecting");
     this.stats.connects++;
     const tokenP = typeof this.o.token === "function" ? Promise.resolve().then(this.o.token as () => string | Promise<string>) : Promise.resolve(this.o.token);
+    const url = this.urls[this.urlIndex % this.urls.length];
     let ws: WebSocketLike;
     try {
-      ws = this.o.createWebSocket(this.o.url);
+      ws = this.o.createWebSocket(url);
     } catch (e) {
       this.emit("error", e instanceof Error ? e : new Error(String(e)));
-      this.scheduleReconnect(`cannot open ${this.o.url}`);
+      this.scheduleReconnect(`cannot open ${url}`);
       return;
     }
     ws.binaryType = "arraybuffer";
@@ -496,6 +514,9 @@ export class SparkClient {
 
   private scheduleReconnect(why: string): void {
     this.setState("offline", why);
+    // The endpoint that dropped or stopped may be gone; the next one is
+    // as good a choice and moves a stopping gate's pages away from it.
+    this.urlIndex = (this.urlIndex + 1) % this.urls.length;
     const delay = backoffDelay(this.attempt++, this.o.reconnectMinMs, this.o.reconnectMaxMs, this.o.random);
     clearTimeout(this.reconnectTimer);
     this.reconnectTimer = setTimeout(() => this.open(), delay);
@@ -614,6 +635,13 @@ export class SparkClient {
         return;
       case Cmd.KICK: {
         const reason = typeof d.reason === "string" ? d.reason : "";
+        if (reason === KICK_SERVER_SHUTDOWN) {
+          // The gate is stopping and spreads its KICKs over a window; the
+          // jittered backoff spreads the reconnects further. Requests in
+          // flight fail over like after a drop (sends are retried).
+          this.drop(link, `kicked: ${reason}, reconnecting`);
+          return;
+        }
         this.stop("kicked", reason || "kicked");
         this.emit("kick", reason);
         return;

@@ -77,6 +77,8 @@ class Gate {
     this.create = (url) => {
       assert.match(url, /^wss?:\/\//);
       const s = new Sock(this);
+      s.url = url;
+      s.openedAt = Date.now();
       this.sockets.push(s);
       queueMicrotask(() => s.onopen?.({}));
       return s;
@@ -343,6 +345,39 @@ test("a KICK stops the client: no reconnect, pending sends fail", async () => {
   assert.equal(gate.sockets.length, 1, "no reconnect after a kick");
   await assert.rejects(c.sendText({ toUserId: "1002" }, "late"), (e) => e.name === "ClosedError");
   assert.equal(gate.sent(Cmd.SEND_MESSAGE).length, 0);
+});
+
+test("KICK server_shutdown reconnects to the next URL after a jittered backoff, syncs, and retries the pending send with its client_msg_id", async () => {
+  const gate = new Gate();
+  let kickedAt = 0;
+  gate.handlers[Cmd.SEND_MESSAGE] = (s, f) => {
+    if (gate.sent(Cmd.SEND_MESSAGE).length === 1) {
+      // The stopping gate kicks before answering, then closes.
+      kickedAt = Date.now();
+      s.push(Cmd.KICK, { reason: "server_shutdown" });
+      return s.serverClose(1000);
+    }
+    s.reply(f, Cmd.SEND_ACK, { msg_id: "701", client_msg_id: f.json.client_msg_id, conversation_id: "71", server_time: 1 });
+  };
+  const { c, log } = newClient(gate, {
+    url: ["ws://gate-a.test/ws", "ws://gate-b.test/ws"],
+    reconnectMinMs: 60,
+    reconnectMaxMs: 1000,
+    random: () => 0.5,
+  });
+  c.connect();
+  await until("online", () => c.state === "online" && gate.sent(Cmd.SYNC_INBOX).length === 1);
+  const m = await c.sendText({ toUserId: "1002" }, "moves", { clientMsgId: "moving" });
+  assert.equal(m.msg_id, "701");
+  assert.deepEqual(gate.sockets.map((s) => s.url), ["ws://gate-a.test/ws", "ws://gate-b.test/ws"]);
+  // Equal jitter with random 0.5: 45 ms of the first 60.
+  assert.ok(gate.sockets[1].openedAt - kickedAt >= 40, `reconnected ${gate.sockets[1].openedAt - kickedAt} ms after the KICK`);
+  assert.deepEqual(gate.sent(Cmd.SEND_MESSAGE).map((f) => f.json.client_msg_id), ["moving", "moving"]);
+  await until("synced on the next gate", () => gate.sockets[1].frames.some((f) => f.command === Cmd.SYNC_INBOX));
+  assert.equal(gate.sockets[1].frames[0].command, Cmd.AUTH);
+  assert.deepEqual(log.kicks, [], "not a kick that stops the client");
+  assert.deepEqual(log.states, ["connecting", "online", "offline", "connecting", "online"]);
+  c.close();
 });
 
 test("a refused token (40101) is not retried", async () => {
