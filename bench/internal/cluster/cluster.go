@@ -182,10 +182,15 @@ logic:
 			// Every listener on a free port: the TLS and WebSocket defaults
 			// would collide between the gates. TLS is on in every run (the
 			// conn scenario's tls variant connects to it); idle, it costs
-			// a listener and a stat of the files every few seconds.
+			// a listener and a stat of the files every few seconds. The
+			// scenarios that restart a gate (reconnect: "N clients dropped
+			// at once") measure its clients coming back to the same
+			// address, so the gate kicks them all at once rather than over
+			// the shutdown window meant for moving them to other gates.
 			Env: append([]string{"IM_GATE_ID=" + g.ID, "IM_GATE_TCP_ADDR=" + g.TCPAddr, "IM_GATE_PUSH_ADDR=" + g.PushAddr,
 				"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_WS_ADDR=" + g.WSAddr, "IM_GATE_LOGIC_ADDRS=" + c.LogicAddr,
-				"IM_GATE_TLS_ADDR=" + g.TLSAddr, "IM_GATE_TLS_CERT_FILE=" + certFile, "IM_GATE_TLS_KEY_FILE=" + keyFile}, common...)}
+				"IM_GATE_TLS_ADDR=" + g.TLSAddr, "IM_GATE_TLS_CERT_FILE=" + certFile, "IM_GATE_TLS_KEY_FILE=" + keyFile,
+				"IM_GATE_SHUTDOWN_KICK_WINDOW=0s"}, common...)}
 		c.Gates = append(c.Gates, g)
 	}
 	for _, p := range c.procs() {
