@@ -149,6 +149,10 @@ deliver:
 			"IM_GATE_ID=" + g.ID, "IM_GATE_TCP_ADDR=" + g.TCPAddr, "IM_GATE_PUSH_ADDR=" + g.PushAddr,
 			"IM_GATE_ADMIN_ADDR=" + g.AdminAddr, "IM_GATE_LOGIC_ADDRS=" + strings.Join(logicAddrs, ","),
 			"IM_GATE_WS_ADDR=" + g.WSAddr,
+			// Connections left open at a test's end are kicked at once
+			// when the cluster stops, not over the 10 s default window;
+			// a test of the window sets it in GateEnv (the last wins).
+			"IM_GATE_SHUTDOWN_KICK_WINDOW=0s",
 		}, o.Env...), o.GateEnv...)
 		if o.GateTLS != nil {
 			g.TLSAddr, g.WSSAddr = port(), port()
