@@ -168,10 +168,15 @@ func TestSessionReconnectsToTheNextGateAfterServerShutdownKickSyncsAndResendsWit
 	})
 
 	const minDelay = 200 * time.Millisecond
-	syncs := make(chan error, 4)
+	syncs := make(chan error, 64)
 	s, err := StartSession(SessionOptions{
 		Addrs: []string{a.addr(), b.addr()}, Token: "t", DeviceID: "d", Platform: "test",
-		Runner: newTestRunner(t), OnSync: func(_ SyncResult, err error) { syncs <- err },
+		Runner: newTestRunner(t), OnSync: func(_ SyncResult, err error) {
+			select {
+			case syncs <- err:
+			default: // more syncs than the test reads: a failure below says so
+			}
+		},
 		ReconnectMin: minDelay, ReconnectMax: time.Second, Random: func() float64 { return 0.5 },
 	})
 	if err != nil {
@@ -179,6 +184,11 @@ func TestSessionReconnectsToTheNextGateAfterServerShutdownKickSyncsAndResendsWit
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	drain(s)
+	// The send goes after the first connection's sync, so it reaches the
+	// stopping gate (which expects AUTH, SYNC_INBOX, then SEND).
+	if err := recv(t, syncs, "the first sync's result"); err != nil {
+		t.Fatalf("first sync: %v", err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ack, err := s.Send(ctx, protocol.SendRequest{ToUserID: 8, MessageType: 1, Content: json.RawMessage(`{"text":"hi"}`)})
@@ -188,12 +198,12 @@ func TestSessionReconnectsToTheNextGateAfterServerShutdownKickSyncsAndResendsWit
 	if ack.MsgID != 42 {
 		t.Fatalf("ack %+v", ack)
 	}
-	sec := <-got
-	if first := <-firstSend; first == "" || first != sec.clientMsgID {
+	sec := recv(t, got, "the send on the next gate")
+	if first := recv(t, firstSend, "the send on the stopping gate"); first == "" || first != sec.clientMsgID {
 		t.Fatalf("client_msg_id %q on the stopping gate, %q on the next: want the same", first, sec.clientMsgID)
 	}
 	// Equal jitter with random 0.5: three quarters of the first delay.
-	if wait := sec.at.Sub(<-kickedAt); wait < minDelay/2 {
+	if wait := sec.at.Sub(recv(t, kickedAt, "the KICK")); wait < minDelay/2 {
 		t.Fatalf("reconnected %v after the KICK, want a backoff of at least %v", wait, minDelay/2)
 	}
 	// The usual sync, from the cursors the first connection's sync saved.
@@ -201,10 +211,8 @@ func TestSessionReconnectsToTheNextGateAfterServerShutdownKickSyncsAndResendsWit
 	if err := json.Unmarshal([]byte(sec.syncBody), &req); err != nil || req.DialogCursor != "c5" || req.MailboxSeq != "5" {
 		t.Fatalf("sync after the reconnect sent %s", sec.syncBody)
 	}
-	for range 2 {
-		if err := <-syncs; err != nil {
-			t.Fatalf("sync: %v", err)
-		}
+	if err := recv(t, syncs, "the sync after the reconnect"); err != nil {
+		t.Fatalf("sync after the reconnect: %v", err)
 	}
 	if s.Connects() != 2 || s.Addr() != b.addr() || s.Err() != nil {
 		t.Fatalf("connects %d addr %s err %v", s.Connects(), s.Addr(), s.Err())
