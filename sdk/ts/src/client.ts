@@ -11,7 +11,7 @@
 // one exception is KICK "server_shutdown", a gate stopping: the client
 // reconnects, to the next URL when it has several, like after a drop.
 
-import { encodeFrame, compress, readMessage, FrameError, type FrameFields } from "./frame.js";
+import { encodeFrame, compress, readMessage, FrameError, DEFAULT_MAX_FRAME_SIZE, type FrameFields } from "./frame.js";
 import {
   Cmd,
   Code,
@@ -94,7 +94,7 @@ export interface SparkOptions {
   cacheMessages?: number;
   /** Gzip request bodies of at least 512 bytes when that makes them smaller (default true). */
   compress?: boolean;
-  /** Largest frame accepted from the server, header included (default 16 MiB, as the Go client). */
+  /** Largest frame accepted from the server, header included (default 64 KiB, DESIGN.md's max_frame_size, as the Go client; raise it with the server's). */
   maxFrameSize?: number;
   /** Largest body after inflating a gzip body (default 64 MiB). */
   maxInflated?: number;
@@ -322,7 +322,7 @@ export class SparkClient {
       reconnectMaxMs: 30_000,
       cacheMessages: 200,
       compress: true,
-      maxFrameSize: 16 << 20,
+      maxFrameSize: DEFAULT_MAX_FRAME_SIZE,
       maxInflated: 64 << 20,
       ...definedOnly(options),
       token: options.token,
