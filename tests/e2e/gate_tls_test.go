@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"testing"
 	"time"
@@ -77,15 +76,7 @@ func TestGateTLS(t *testing.T) {
 	// WebSocket inside TLS, as browsers on https pages must use it.
 	dave, err := client.Dial(ctx, c.Gates[1].WSSAddr, client.Options{
 		Dial: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			nc, br, _, err := ws.Dialer{TLSConfig: ca.ClientConfig()}.Dial(ctx, "wss://"+addr+"/ws")
-			if err != nil {
-				return nil, err
-			}
-			var rd io.Reader = nc
-			if br != nil {
-				rd = io.MultiReader(br, nc)
-			}
-			return &wsStream{Conn: nc, rd: rd}, nil
+			return dialWS(ctx, ws.Dialer{TLSConfig: ca.ClientConfig()}, "wss://"+addr+"/ws")
 		},
 	})
 	if err != nil {

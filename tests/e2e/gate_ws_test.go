@@ -50,6 +50,21 @@ func (c *wsStream) Read(p []byte) (int, error) {
 	return n, nil
 }
 
+// dialWS opens a WebSocket with d and returns it as the byte stream the
+// client library reads and writes; bytes the handshake read ahead come
+// first.
+func dialWS(ctx context.Context, d ws.Dialer, url string) (*wsStream, error) {
+	nc, br, _, err := d.Dial(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	var rd io.Reader = nc
+	if br != nil {
+		rd = io.MultiReader(br, nc)
+	}
+	return &wsStream{Conn: nc, rd: rd}, nil
+}
+
 // must-show 6 end to end: a WebSocket client on one gate and a TCP client
 // on the other exchange a message both ways through the real binaries.
 func TestGateWebSocket(t *testing.T) {
@@ -57,15 +72,7 @@ func TestGateWebSocket(t *testing.T) {
 	ctx := ctxT(t, 20*time.Second)
 	conn, err := client.Dial(ctx, c.Gates[0].WSAddr, client.Options{
 		Dial: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			nc, br, _, err := ws.Dialer{}.Dial(ctx, "ws://"+addr+"/ws")
-			if err != nil {
-				return nil, err
-			}
-			var rd io.Reader = nc
-			if br != nil {
-				rd = io.MultiReader(br, nc)
-			}
-			return &wsStream{Conn: nc, rd: rd}, nil
+			return dialWS(ctx, ws.Dialer{}, "ws://"+addr+"/ws")
 		},
 	})
 	if err != nil {

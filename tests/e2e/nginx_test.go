@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -95,21 +94,16 @@ func (f *nginxFront) dialWSS(ctx context.Context, local string, header http.Head
 		Header:    ws.HandshakeHeaderHTTP(header),
 	}
 	_, port, _ := net.SplitHostPort(f.addr)
-	nc, br, _, err := d.Dial(ctx, "wss://"+nginxWSName+":"+port+"/ws")
+	s, err := dialWS(ctx, d, "wss://"+nginxWSName+":"+port+"/ws")
 	if err != nil {
 		return nil, 0, err
 	}
-	tc, ok := nc.(*tls.Conn)
+	tc, ok := s.Conn.(*tls.Conn)
 	if !ok {
-		_ = nc.Close()
-		return nil, 0, fmt.Errorf("wss dial returned a %T", nc)
+		_ = s.Close()
+		return nil, 0, fmt.Errorf("wss dial returned a %T", s.Conn)
 	}
-	serial := tc.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
-	var rd io.Reader = nc
-	if br != nil {
-		rd = io.MultiReader(br, nc)
-	}
-	return &wsStream{Conn: nc, rd: rd}, serial, nil
+	return s, tc.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }
 
 // dialTLS connects to Nginx from the loopback address local and runs a
