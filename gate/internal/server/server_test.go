@@ -217,9 +217,16 @@ func testGateConfig(logicAddr string) config.Gate {
 
 func startGate(t *testing.T, cfg config.Gate) *Server {
 	t.Helper()
+	return startGateDraining(t, cfg, 200*time.Millisecond)
+}
+
+// startGateDraining starts a ready gate whose shutdown waits up to drain
+// for answers in flight.
+func startGateDraining(t *testing.T, cfg config.Gate, drain time.Duration) *Server {
+	t.Helper()
 	s, err := New(Options{
 		Gate: cfg, ClusterSecret: testSecret, Logger: zap.NewNop(),
-		SweepInterval: 20 * time.Millisecond, DrainTimeout: 200 * time.Millisecond,
+		SweepInterval: 20 * time.Millisecond, DrainTimeout: drain,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
 	"github.com/sparkim/spark/pkg/clusterauth"
@@ -71,21 +70,7 @@ func startShutdownGate(t *testing.T, logicAddr string, window, drain time.Durati
 	t.Helper()
 	cfg := testGateConfig(logicAddr)
 	cfg.ShutdownKickWindow = window
-	s, err := New(Options{Gate: cfg, ClusterSecret: testSecret, Logger: zap.NewNop(),
-		SweepInterval: 20 * time.Millisecond, DrainTimeout: drain})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
-	ctx, cancel := context.WithTimeout(context.Background(), safety)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return startGateDraining(t, cfg, drain)
 }
 
 // expectShutdownKick reads one frame and checks it is KICK server_shutdown.

@@ -89,6 +89,23 @@ func (f *tlsFixture) dialTLS(t *testing.T, conf *tls.Config, sizes ...int) (*cli
 	return &client{t: t, nc: tc}, tc
 }
 
+// sendBurstAndLargeFrame sends three heartbeats back to back, then a
+// frame with a 20 KiB body (wider than a TLS record's 16 KiB), and checks
+// every answer: what the split-write tests run over each carrier.
+func (c *client) sendBurstAndLargeFrame() {
+	c.t.Helper()
+	for i := range 3 {
+		c.send(protocol.CmdHeartbeat, uint64(10+i), uint32(10+i), nil)
+	}
+	for i := range 3 {
+		c.expectHeartbeat(uint64(10+i), uint32(10+i))
+	}
+	big := append([]byte("{"), bytes.Repeat([]byte(" "), 20<<10)...)
+	big = append(big, '}')
+	c.send(protocol.CmdGenerateMsgID, 20, 20, big)
+	c.expect(protocol.CmdGenerateMsgID, 20, 20, errcode.OK)
+}
+
 func serialOf(tc *tls.Conn) int64 {
 	return tc.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
 }
@@ -112,18 +129,7 @@ func TestTLSSplitRecords(t *testing.T) {
 				t.Fatalf("version %x, want %x", got, v.ver)
 			}
 			c.auth(int64(v.ver), "dev-tls-split")
-			// Three heartbeats in one write, then a frame spanning two
-			// records (a 20 KiB body; a record holds at most 16 KiB).
-			for i := range 3 {
-				c.send(protocol.CmdHeartbeat, uint64(10+i), uint32(10+i), nil)
-			}
-			for i := range 3 {
-				c.expectHeartbeat(uint64(10+i), uint32(10+i))
-			}
-			big := append([]byte("{"), bytes.Repeat([]byte(" "), 20<<10)...)
-			big = append(big, '}')
-			c.send(protocol.CmdGenerateMsgID, 20, 20, big)
-			c.expect(protocol.CmdGenerateMsgID, 20, 20, errcode.OK)
+			c.sendBurstAndLargeFrame()
 			c.send(protocol.CmdHeartbeat, 21, 21, nil)
 			c.expectHeartbeat(21, 21)
 			if f.fl.lastRequest(protocol.CmdAuth).RealIp != "127.0.0.1" {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/envelope"
-	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/protocol"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
@@ -279,16 +278,7 @@ func TestWSSplitFrames(t *testing.T) {
 	_, s := wsGate(t, nil)
 	c, wc := mustDialWS(t, s, 1, 2, 3, 5, 7, 11, 64, 100, 333, 512, 1000, 1500)
 	c.auth(5, "dev-ws-split")
-	for i := range 3 {
-		c.send(protocol.CmdHeartbeat, uint64(10+i), uint32(10+i), nil)
-	}
-	for i := range 3 {
-		c.expectHeartbeat(uint64(10+i), uint32(10+i))
-	}
-	big := append([]byte("{"), bytes.Repeat([]byte(" "), 20<<10)...)
-	big = append(big, '}')
-	c.send(protocol.CmdGenerateMsgID, 20, 20, big)
-	c.expect(protocol.CmdGenerateMsgID, 20, 20, errcode.OK)
+	c.sendBurstAndLargeFrame()
 
 	// One Spark frame in three fragments, with a ping between them.
 	hb := frame.Encode(frame.Header{Command: protocol.CmdHeartbeat, RequestID: 21, SequenceID: 21}, nil)

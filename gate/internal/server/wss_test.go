@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -18,7 +17,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/pkg/config"
-	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 )
 
@@ -65,16 +63,7 @@ func TestWSSAuthHeartbeatPingOverSplitRecords(t *testing.T) {
 	if ip := f.fl.lastRequest(protocol.CmdAuth).RealIp; ip != "127.0.0.1" {
 		t.Fatalf("real_ip %q", ip)
 	}
-	for i := range 3 {
-		c.send(protocol.CmdHeartbeat, uint64(10+i), uint32(10+i), nil)
-	}
-	for i := range 3 {
-		c.expectHeartbeat(uint64(10+i), uint32(10+i))
-	}
-	big := append([]byte("{"), bytes.Repeat([]byte(" "), 20<<10)...)
-	big = append(big, '}')
-	c.send(protocol.CmdGenerateMsgID, 20, 20, big)
-	c.expect(protocol.CmdGenerateMsgID, 20, 20, errcode.OK)
+	c.sendBurstAndLargeFrame()
 
 	if err := wsutil.WriteClientMessage(wc.Conn, ws.OpPing, []byte("wss")); err != nil {
 		t.Fatal(err)
