@@ -40,6 +40,9 @@ type Options struct {
 	// and a WebSocket-over-TLS listener (GateProc.WSSAddr) with this
 	// certificate.
 	GateTLS *GateTLS
+	// PrivateMySQL gives the cluster its own mariadbd (Cluster.MySQL) in
+	// place of the shared server, so a test can stop, kill and restart it.
+	PrivateMySQL bool
 }
 
 // GateProc is a gate with its addresses.
@@ -70,9 +73,12 @@ type DeliverProc struct {
 // Cluster is a running system: private Redis, a fresh MySQL database,
 // logic, deliver and gate processes.
 type Cluster struct {
-	t        testing.TB
-	Bins     Binaries
-	Redis    *Redis
+	t     testing.TB
+	Bins  Binaries
+	Redis *Redis
+	// MySQL is the private server when Options.PrivateMySQL is set, nil
+	// when the cluster uses the shared one.
+	MySQL    *MySQL
 	DBName   string
 	MySQLDSN string
 	Config   string
@@ -103,6 +109,9 @@ func NewCluster(t testing.TB, o Options) *Cluster {
 	}
 	c := &Cluster{t: t, Bins: bins}
 	c.Redis = StartRedis(t)
+	if o.PrivateMySQL {
+		c.MySQL = StartMySQL(t)
+	}
 	c.createDatabase()
 
 	dir := t.TempDir()
@@ -216,7 +225,11 @@ func serverDSN() string {
 }
 
 func (c *Cluster) createDatabase() {
-	cfg, err := mysql.ParseDSN(serverDSN())
+	server := serverDSN()
+	if c.MySQL != nil {
+		server = c.MySQL.DSN()
+	}
+	cfg, err := mysql.ParseDSN(server)
 	if err != nil {
 		c.t.Fatalf("SPARK_TEST_MYSQL_DSN: %v", err)
 	}
@@ -227,13 +240,13 @@ func (c *Cluster) createDatabase() {
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
 	c.MySQLDSN = cfg.FormatDSN()
-	root, err := sql.Open("mysql", serverDSN())
+	root, err := sql.Open("mysql", server)
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer root.Close()
 	if _, err := root.Exec("CREATE DATABASE `" + c.DBName + "` CHARACTER SET utf8mb4"); err != nil {
-		c.t.Fatalf("MySQL at %s not usable (make test starts one): %v", serverDSN(), err)
+		c.t.Fatalf("MySQL at %s not usable (make test starts one): %v", server, err)
 	}
 	if c.db, err = sql.Open("mysql", c.MySQLDSN); err != nil {
 		c.t.Fatal(err)
