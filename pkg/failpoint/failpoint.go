@@ -8,7 +8,7 @@
 // through the admin endpoint /debug/failpoints (PUT name=action, DELETE
 // name). Actions: "error" (Inject returns ErrInjected), "sleep(ms)",
 // "exit" (the process dies on the spot with status 137, like kill -9),
-// "panic", and "off".
+// "panic", and "off"; "N*action" runs the action N times, then disarms.
 package failpoint
 
 import "errors"

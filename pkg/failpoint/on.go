@@ -29,13 +29,34 @@ func init() {
 	}
 }
 
-// Inject runs the action armed for name, if any.
+// Inject runs the action armed for name, if any. An action armed as
+// "N*action" runs N times, then the point disarms itself, so a test can
+// make exactly one job fail without racing to disarm it.
 func Inject(name string) error {
 	mu.RLock()
 	action, ok := points[name]
 	mu.RUnlock()
 	if !ok {
 		return nil
+	}
+	if n, rest, counted := strings.Cut(action, "*"); counted {
+		left, err := strconv.Atoi(n)
+		if err != nil {
+			return nil // malformed count: the point stays inert
+		}
+		mu.Lock()
+		cur, still := points[name]
+		if !still || cur != action {
+			mu.Unlock()
+			return nil // another caller took the last run, or it was re-armed
+		}
+		if left <= 1 {
+			delete(points, name)
+		} else {
+			points[name] = strconv.Itoa(left-1) + "*" + rest
+		}
+		mu.Unlock()
+		action = rest
 	}
 	switch {
 	case action == "error":
