@@ -214,6 +214,12 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 		switch job.GetKind() {
 		case queuev1.JobKind_JOB_KIND_MESSAGE, queuev1.JobKind_JOB_KIND_UNSPECIFIED:
 			t.message, t.command = true, uint32(protocol.CmdMessage)
+			// A deliberately broken deliver for the chaos checker's own
+			// test: the job is acked with no list update and no push.
+			if failpoint.Inject("deliver/job/drop") != nil {
+				f.jobLog(partition, job).Warn("failpoint deliver/job/drop: job dropped")
+				t.skip = true
+			}
 		case queuev1.JobKind_JOB_KIND_SIGNAL:
 			// Signals carry their command; logic already invalidated the
 			// list entries they concern, and they get no done marker (the
