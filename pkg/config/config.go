@@ -44,12 +44,54 @@ type Queue struct {
 	Partitions int `mapstructure:"partitions"`
 }
 
-// Redis is a Redis endpoint.
+// Redis is a Redis endpoint: one server, or a Redis Cluster.
 type Redis struct {
-	Addr     string `mapstructure:"addr"`
+	// Addr is a single server's address; ignored when Addrs is set.
+	Addr string `mapstructure:"addr"`
+	// Addrs are a Redis Cluster's seed nodes (any of its masters; the
+	// client discovers the rest). More than one means a cluster.
+	Addrs []string `mapstructure:"addrs"`
+	// Cluster selects cluster mode with a single seed address, since one
+	// address alone cannot tell a cluster node from a plain server.
+	Cluster  bool   `mapstructure:"cluster"`
 	Password string `mapstructure:"password"`
-	DB       int    `mapstructure:"db"`
-	PoolSize int    `mapstructure:"pool_size"`
+	// DB is the database index of a single server; a cluster has only 0.
+	DB       int `mapstructure:"db"`
+	PoolSize int `mapstructure:"pool_size"`
+}
+
+// ClusterMode reports whether r names a Redis Cluster.
+func (r Redis) ClusterMode() bool { return r.Cluster || len(r.Addrs) > 1 }
+
+// Endpoints are the addresses to dial: Addrs when set, else Addr.
+func (r Redis) Endpoints() []string {
+	if len(r.Addrs) > 0 {
+		return r.Addrs
+	}
+	if r.Addr == "" {
+		return nil
+	}
+	return []string{r.Addr}
+}
+
+// Validate refuses what a Redis Cluster cannot do (a DB other than 0) and
+// an endpoint without an address, naming the section (e.g. "logic.redis").
+func (r Redis) Validate(section string) error {
+	eps := r.Endpoints()
+	if len(eps) == 0 {
+		return fmt.Errorf("config: %s.addr and %s.addrs are both empty", section, section)
+	}
+	for _, a := range eps {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("config: %s address %q: %w", section, a, err)
+		}
+	}
+	if r.ClusterMode() && r.DB != 0 {
+		// SELECT fails on a cluster node, so a non-zero DB would make
+		// every connection fail at dial time, far from the cause.
+		return fmt.Errorf("config: %s.db is %d but a Redis Cluster has only DB 0; set %s.db to 0 or name a single server", section, r.DB, section)
+	}
+	return nil
 }
 
 // Gate configures a gate process.
@@ -336,6 +378,8 @@ var defaults = map[string]any{
 	"logic.mysql.max_open_conns":  64,
 	"logic.mysql.max_idle_conns":  64,
 	"logic.redis.addr":            "127.0.0.1:6379",
+	"logic.redis.addrs":           []string{},
+	"logic.redis.cluster":         false,
 	"logic.redis.password":        "",
 	"logic.redis.db":              0,
 	"logic.redis.pool_size":       64,
@@ -378,6 +422,8 @@ var defaults = map[string]any{
 	"deliver.id":                           "deliver-1",
 	"deliver.admin_addr":                   "127.0.0.1:9040",
 	"deliver.redis.addr":                   "127.0.0.1:6379",
+	"deliver.redis.addrs":                  []string{},
+	"deliver.redis.cluster":                false,
 	"deliver.redis.password":               "",
 	"deliver.redis.db":                     0,
 	"deliver.redis.pool_size":              32,
@@ -433,6 +479,12 @@ func Load(path string) (*Config, error) {
 		return nil, err
 	}
 	if err := validateRateLimit(c.Logic.RateLimit); err != nil {
+		return nil, err
+	}
+	if err := c.Logic.Redis.Validate("logic.redis"); err != nil {
+		return nil, err
+	}
+	if err := c.Deliver.Redis.Validate("deliver.redis"); err != nil {
 		return nil, err
 	}
 	if c.Queue.Partitions < 1 {

@@ -3,6 +3,7 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -234,5 +235,76 @@ func TestLoadRateLimits(t *testing.T) {
 				t.Fatalf("%s=%s accepted", tt.key, tt.value)
 			}
 		})
+	}
+}
+
+// logic.redis and deliver.redis take a list of cluster seeds from the file
+// or from the environment (comma-separated), and a cluster with a DB
+// other than 0 is refused at load.
+func TestLoadRedisClusterAddrsFromFileAndEnv(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "im.yaml")
+	yaml := "logic:\n  redis: {addrs: [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]}\ndeliver:\n  redis: {addr: \"10.0.0.9:7000\", cluster: true}\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defaults, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("IM_LOGIC_REDIS_ADDRS", "127.0.0.1:7001,127.0.0.1:7002,127.0.0.1:7003")
+	fromEnv, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name         string
+		r            Redis
+		wantCluster  bool
+		wantEndpoint []string
+	}{
+		{"addrs from the file", c.Logic.Redis, true, []string{"10.0.0.1:7000", "10.0.0.2:7000"}},
+		{"cluster flag with one seed", c.Deliver.Redis, true, []string{"10.0.0.9:7000"}},
+		{"addrs from IM_LOGIC_REDIS_ADDRS", fromEnv.Logic.Redis, true, []string{"127.0.0.1:7001", "127.0.0.1:7002", "127.0.0.1:7003"}},
+		{"default is one local server", defaults.Logic.Redis, false, []string{"127.0.0.1:6379"}},
+		{"deliver default is one local server", defaults.Deliver.Redis, false, []string{"127.0.0.1:6379"}},
+	}
+	for _, tt := range tests {
+		if got := tt.r.ClusterMode(); got != tt.wantCluster {
+			t.Errorf("%s: cluster mode %v, want %v", tt.name, got, tt.wantCluster)
+		}
+		if got := tt.r.Endpoints(); strings.Join(got, ",") != strings.Join(tt.wantEndpoint, ",") {
+			t.Errorf("%s: endpoints %v, want %v", tt.name, got, tt.wantEndpoint)
+		}
+	}
+	refused := []struct {
+		name string
+		env  map[string]string
+	}{
+		{"logic cluster with db 1", map[string]string{"IM_LOGIC_REDIS_DB": "1"}},
+		{"deliver cluster flag with db 4", map[string]string{"IM_DELIVER_REDIS_DB": "4"}},
+		{"deliver addrs with db 2", map[string]string{"IM_DELIVER_REDIS_ADDRS": "127.0.0.1:1,127.0.0.1:2", "IM_DELIVER_REDIS_CLUSTER": "false", "IM_DELIVER_REDIS_DB": "2"}},
+		{"an address without a port", map[string]string{"IM_LOGIC_REDIS_ADDRS": "127.0.0.1:7001,redis-b"}},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			if _, err := Load(path); err == nil {
+				t.Fatalf("%v accepted", tt.env)
+			}
+		})
+	}
+	// A single server keeps its DB index.
+	t.Setenv("IM_LOGIC_REDIS_ADDRS", "")
+	t.Setenv("IM_DELIVER_REDIS_CLUSTER", "false")
+	t.Setenv("IM_LOGIC_REDIS_DB", "5")
+	if _, err := Load(""); err != nil {
+		t.Fatalf("a single server with db 5 refused: %v", err)
 	}
 }

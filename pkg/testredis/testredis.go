@@ -29,7 +29,12 @@
 // | 10 | logic/internal/api          | yes     |
 // | 11 | logic/internal/notify       | yes     |
 // | 12 | logic/internal/ratelimit    | yes     |
+// | 13 | pkg/redisconn               | yes     |
 // | –  | deliver/internal/service outage_test, tests/e2e, bench: private redis-server |
+//
+// Cluster-mode checks start a private 3-master Redis Cluster per test
+// (StartCluster, OpenCluster in cluster.go) instead of a DB index: a
+// cluster has only DB 0.
 package testredis
 
 import (
@@ -57,6 +62,8 @@ const (
 	NotifyDB   = 11
 	// RateLimitDB is logic/internal/ratelimit's.
 	RateLimitDB = 12
+	// RedisConnDB is pkg/redisconn's.
+	RedisConnDB = 13
 )
 
 // AddrEnv names the environment variable that overrides DefaultAddr.

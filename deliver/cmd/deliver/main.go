@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/deliver/internal/fanout"
@@ -26,6 +25,7 @@ import (
 	"github.com/sparkim/spark/pkg/admin"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/logging"
+	"github.com/sparkim/spark/pkg/redisconn"
 )
 
 func main() {
@@ -59,12 +59,13 @@ func run(cfgPath string) error {
 	defer stop()
 
 	d := cfg.Deliver
-	rdb := redis.NewClient(&redis.Options{
-		Addr: d.Redis.Addr, Password: d.Redis.Password, DB: d.Redis.DB, PoolSize: d.Redis.PoolSize,
-		// Every partition goroutine blocks in XREADGROUP on its own
-		// connection; the pool must hold them plus the fan-out traffic.
-		MinIdleConns: 2,
-	})
+	// Every partition goroutine blocks in XREADGROUP on its own
+	// connection; the pool (per master on a cluster) must hold them plus
+	// the fan-out traffic.
+	rdb, err := redisconn.Open(d.Redis, redisconn.Options{MinIdleConns: 2})
+	if err != nil {
+		return fmt.Errorf("deliver.redis: %w", err)
+	}
 	defer func() { _ = rdb.Close() }()
 	if d.Redis.PoolSize > 0 && d.Redis.PoolSize < cfg.Queue.Partitions+8 {
 		log.Warn("deliver.redis.pool_size is below partitions+8; blocked reads may starve the fan-out",
