@@ -20,7 +20,6 @@ package ratelimit
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -202,8 +201,9 @@ const logEvery = 10 * time.Second
 // Limiter checks requests against the buckets in Redis. It is safe for
 // concurrent use; a nil *Limiter allows everything.
 type Limiter struct {
-	rdb redis.Scripter
-	cfg Config
+	rdb    Redis
+	checks *coalescer
+	cfg    Config
 	log *zap.Logger
 	m   *limiterMetrics
 	now func() time.Time
@@ -219,7 +219,7 @@ type Limiter struct {
 
 // New returns a Limiter over rdb; metrics are registered on reg (nil: not
 // registered).
-func New(rdb redis.Scripter, cfg Config, log *zap.Logger, reg prometheus.Registerer) *Limiter {
+func New(rdb Redis, cfg Config, log *zap.Logger, reg prometheus.Registerer) *Limiter {
 	if log == nil {
 		log = zap.NewNop()
 	}
@@ -229,7 +229,7 @@ func New(rdb redis.Scripter, cfg Config, log *zap.Logger, reg prometheus.Registe
 	if cfg.Pause <= 0 {
 		cfg.Pause = time.Second
 	}
-	l := &Limiter{rdb: rdb, cfg: cfg, log: log, m: newMetrics(reg), now: time.Now}
+	l := &Limiter{rdb: rdb, checks: &coalescer{rdb: rdb, timeout: cfg.Timeout}, cfg: cfg, log: log, m: newMetrics(reg), now: time.Now}
 	for c, lim := range cfg.Classes {
 		if lim.Device.on() {
 			l.intervals[c][0] = lim.Device.interval()
@@ -356,12 +356,7 @@ func (l *Limiter) check(ctx context.Context, c Class, keys []string, args []any,
 		l.m.failOpen[c].Inc()
 		return nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
-	defer cancel()
-	res, err := checkScript.Run(cctx, l.rdb, keys, args...).Int64Slice()
-	if err == nil && len(res) != 3 {
-		err = fmt.Errorf("ratelimit: script answered %v", res)
-	}
+	res, err := l.checks.run(ctx, keys, args)
 	if err != nil {
 		l.failed(ctx, c, err)
 		return nil
