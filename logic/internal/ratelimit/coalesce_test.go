@@ -33,7 +33,6 @@ func (r *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 	}
 }
 
-
 // concurrently calls Allow for n devices at once and returns how many
 // were refused.
 func concurrently(t *testing.T, l *Limiter, ip string, n int) int {

@@ -204,9 +204,9 @@ type Limiter struct {
 	rdb    Redis
 	checks *coalescer
 	cfg    Config
-	log *zap.Logger
-	m   *limiterMetrics
-	now func() time.Time
+	log    *zap.Logger
+	m      *limiterMetrics
+	now    func() time.Time
 	// intervals are the buckets' script arguments, formatted once.
 	intervals [NumClasses][2]string
 
