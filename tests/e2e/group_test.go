@@ -288,9 +288,7 @@ func TestGroupPermissionsMembershipAndFlush(t *testing.T) {
 		}
 		before[u] = r.Snapshot()
 	}
-	rc := c.Redis.Client()
-	defer rc.Close()
-	if err := rc.FlushAll(ctx).Err(); err != nil {
+	if err := c.Redis.FlushAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	for u, want := range before {

@@ -468,7 +468,7 @@ func TestRedisFlush(t *testing.T) {
 
 	r := c.Redis.Client()
 	defer r.Close()
-	if err := r.FlushAll(ctx).Err(); err != nil {
+	if err := c.Redis.FlushAll(ctx); err != nil {
 		t.Fatal(err)
 	}
 	after := framework.NewReplica()

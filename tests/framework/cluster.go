@@ -121,13 +121,13 @@ cluster: {secret: %s}
 queue: {partitions: %d}
 logic:
   mysql: {dsn: "%s", max_open_conns: 24, max_idle_conns: 24}
-  redis: {addr: "%s"}
+  redis: %s
   jwt_secret: %s
   api_keys: [%s]
 deliver:
-  redis: {addr: "%s"}
+  redis: %s
   lease_ttl: 3s
-`, ClusterSecret, o.Partitions, c.MySQLDSN, c.Redis.Addr, JWTSecret, APIKey, c.Redis.Addr)
+`, ClusterSecret, o.Partitions, c.MySQLDSN, c.Redis.ConfigYAML(), JWTSecret, APIKey, c.Redis.ConfigYAML())
 	if err := os.WriteFile(c.Config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -2,65 +2,172 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Redis is a private redis-server for one test cluster. It keeps an
-// append-only file so a stop and start keeps its data, as a production
-// Redis with persistence would.
+// RedisModeEnv selects the Redis every test cluster gets: "single" (or
+// unset) for one redis-server, "cluster" for a private 3-master Redis
+// Cluster, so the same e2e suite runs on either (make e2e-cluster).
+const RedisModeEnv = "SPARK_E2E_REDIS"
+
+// Redis is the private Redis of one test cluster: one redis-server, or
+// the masters of a Redis Cluster. It keeps an append-only file so a stop
+// and start keeps its data, as a production Redis with persistence would.
 type Redis struct {
+	// Addr is the server, or on a cluster its first master.
 	Addr string
-	proc *Process
+	// Addrs are a cluster's masters; nil for a single server.
+	Addrs []string
+	procs []*Process
 }
 
-// StartRedis starts a private Redis on a free loopback port.
+// StartRedis starts the private Redis that RedisModeEnv asks for.
 func StartRedis(t testing.TB) *Redis {
+	t.Helper()
+	switch mode := os.Getenv(RedisModeEnv); mode {
+	case "", "single":
+		return StartSingleRedis(t)
+	case "cluster":
+		return StartRedisCluster(t)
+	default:
+		t.Fatalf("%s=%q: want single or cluster", RedisModeEnv, mode)
+		return nil
+	}
+}
+
+// StartSingleRedis starts one private redis-server on a free loopback port.
+func StartSingleRedis(t testing.TB) *Redis {
+	t.Helper()
+	bin := redisServer(t)
+	port := FreePort(t)
+	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	r.procs = []*Process{NewProcess(t, "redis", bin, append([]string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", t.TempDir(), "--save", "",
+	}, persistence...), nil)}
+	if err := r.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Kill() })
+	return r
+}
+
+// persistence makes every acknowledged write survive a stop and start.
+var persistence = []string{"--appendonly", "yes", "--appendfsync", "always", "--loglevel", "warning"}
+
+func redisServer(t testing.TB) string {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server not found (make test installs it): %v", err)
 	}
-	port := FreePort(t)
-	dir := t.TempDir()
-	r := &Redis{Addr: "127.0.0.1:" + strconv.Itoa(port)}
-	r.proc = NewProcess(t, "redis", bin, []string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir,
-		"--save", "", "--appendonly", "yes", "--appendfsync", "always",
-		"--loglevel", "warning",
-	}, nil)
-	if err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = r.proc.Kill() })
-	return r
+	return bin
 }
 
-// Start (re)starts the server and waits until it answers PING.
+// Cluster reports whether r is a Redis Cluster.
+func (r *Redis) Cluster() bool { return len(r.Addrs) > 0 }
+
+// Start (re)starts every server and waits until each answers PING and,
+// on a cluster, until every node reports cluster_state:ok again.
 func (r *Redis) Start() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := r.proc.Launch(); err != nil {
-		return err
+	for _, p := range r.procs {
+		if _, err := p.Launch(); err != nil {
+			return err
+		}
 	}
-	c := redis.NewClient(&redis.Options{Addr: r.Addr})
+	for i, p := range r.procs {
+		if err := waitRedisPing(ctx, r.nodeAddr(i)); err != nil {
+			return fmt.Errorf("%w:\n%s", err, p.Tail(20))
+		}
+	}
+	if r.Cluster() {
+		return waitClusterOK(ctx, r.Addrs)
+	}
+	return nil
+}
+
+func (r *Redis) nodeAddr(i int) string {
+	if r.Cluster() {
+		return r.Addrs[i]
+	}
+	return r.Addr
+}
+
+func waitRedisPing(ctx context.Context, addr string) error {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
 	defer c.Close()
+	var err error
 	for ctx.Err() == nil {
-		if c.Ping(ctx).Err() == nil {
+		if err = c.Ping(ctx).Err(); err == nil {
 			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("redis on %s did not start:\n%s", r.Addr, r.proc.Tail(20))
+	return fmt.Errorf("redis on %s did not start: %v", addr, err)
 }
 
-// Stop shuts the server down (its data stays on disk).
-func (r *Redis) Stop() error { return r.proc.Stop() }
+// Stop shuts every server down (the data stays on disk).
+func (r *Redis) Stop() error {
+	var errs []error
+	for _, p := range r.procs {
+		errs = append(errs, p.Stop())
+	}
+	return errors.Join(errs...)
+}
 
-// Client returns a client of this server; the test closes it.
-func (r *Redis) Client() *redis.Client { return redis.NewClient(&redis.Options{Addr: r.Addr}) }
+// Kill kills every server (SIGKILL); what was fsynced stays on disk.
+func (r *Redis) Kill() error {
+	var errs []error
+	for _, p := range r.procs {
+		errs = append(errs, p.Kill())
+	}
+	return errors.Join(errs...)
+}
+
+// Client returns a client of this Redis (a cluster client on a cluster);
+// the test closes it.
+func (r *Redis) Client() redis.UniversalClient {
+	if r.Cluster() {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: r.Addrs})
+	}
+	return redis.NewClient(&redis.Options{Addr: r.Addr})
+}
+
+// FlushAll empties the whole Redis, every master of a cluster: a plain
+// FLUSHALL through a cluster client reaches one node only.
+func (r *Redis) FlushAll(ctx context.Context) error {
+	c := r.Client()
+	defer c.Close()
+	if cc, ok := c.(*redis.ClusterClient); ok {
+		err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			return m.FlushAll(ctx).Err()
+		})
+		if err != nil {
+			return fmt.Errorf("flush redis cluster: %w", err)
+		}
+		return nil
+	}
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		return fmt.Errorf("flush redis %s: %w", r.Addr, err)
+	}
+	return nil
+}
+
+// ConfigYAML is the flow mapping of a logic.redis / deliver.redis section
+// that points at this Redis.
+func (r *Redis) ConfigYAML() string {
+	if r.Cluster() {
+		return `{addrs: ["` + strings.Join(r.Addrs, `", "`) + `"]}`
+	}
+	return `{addr: "` + r.Addr + `"}`
+}
