@@ -123,6 +123,7 @@ func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Lo
 		}
 		// Min idle 0: the lease makes us the only owner, so whatever is
 		// pending belongs to a previous owner that is gone or let go.
+		began := time.Now()
 		msgs, next, err := c.rdb.XAutoClaim(readCtx, &redis.XAutoClaimArgs{
 			Stream: stream, Group: rediskey.DeliverGroup, Consumer: c.cfg.Name,
 			MinIdle: 0, Start: start, Count: int64(c.cfg.BatchSize),
@@ -139,6 +140,7 @@ func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Lo
 		}
 		bo.Reset()
 		if len(msgs) > 0 {
+			c.m.Since(metrics.StageRead, began)
 			c.m.Reclaimed.Add(float64(len(msgs)))
 			log.Info("claimed pending jobs", zap.Int("count", len(msgs)))
 		}
@@ -160,6 +162,7 @@ func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger,
 		if readCtx.Err() != nil {
 			return false
 		}
+		start := time.Now()
 		res, err := c.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
 			Group: rediskey.DeliverGroup, Consumer: c.cfg.Name,
 			Streams: []string{stream, ">"}, Count: int64(c.cfg.BatchSize), Block: c.cfg.Block,
@@ -175,6 +178,7 @@ func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger,
 			return bo.Sleep(readCtx)
 		}
 		bo.Reset()
+		c.m.Since(metrics.StageRead, start)
 		for _, s := range res {
 			if !c.handleEntries(ctx, readCtx, p, s.Messages, log) {
 				return false
@@ -243,6 +247,8 @@ func (c *Consumer) handleEntries(ctx, readCtx context.Context, p int, msgs []red
 			return false
 		}
 	}
+	start := time.Now()
+	defer c.m.Since(metrics.StageAck, start)
 	return c.ack(ctx, p, msgs, decoded, log)
 }
 

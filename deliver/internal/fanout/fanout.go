@@ -240,6 +240,7 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 		}
 	}
 
+	start := time.Now()
 	if err := f.expandGroups(ctx, partition, tasks); err != nil {
 		return err
 	}
@@ -247,6 +248,8 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 	if err != nil {
 		return err
 	}
+	f.m.Since(metrics.StageLookup, start)
+	start = time.Now()
 	// Lists first: a client that gets the push and syncs at once must find
 	// the conversation changed.
 	if err := f.applyLists(ctx, partition, tasks); err != nil {
@@ -255,6 +258,7 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 	if err := f.memberWork(ctx, partition, tasks); err != nil {
 		return err
 	}
+	f.m.Since(metrics.StageLists, start)
 	for i := range tasks {
 		if tasks[i].message && !tasks[i].skip {
 			if err := failpoint.Inject("deliver/job/afterList"); err != nil {
@@ -262,9 +266,11 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 			}
 		}
 	}
+	start = time.Now()
 	if err := f.fanOut(ctx, partition, tasks, routes); err != nil {
 		return err
 	}
+	f.m.Since(metrics.StagePush, start)
 	var events []*logicv1.MailboxEvent
 	for i := range tasks {
 		t := &tasks[i]
@@ -277,7 +283,11 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 			f.m.Jobs.WithLabelValues(metrics.ResultSignal).Inc()
 		}
 	}
-	f.recordMissed(ctx, events)
+	if len(events) > 0 {
+		start = time.Now()
+		f.recordMissed(ctx, events)
+		f.m.Since(metrics.StageMailbox, start)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ package metrics
 
 import (
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -35,8 +36,27 @@ const (
 	MailboxSkipped = "skipped"
 )
 
+// Stages of a batch for Metrics.Stage: one partition's loop runs them one
+// after another, so their means say where a batch's time goes.
+const (
+	// StageRead: XREADGROUP or XAUTOCLAIM calls that returned jobs.
+	StageRead = "read"
+	// StageLookup: group member expansion, done markers and routes.
+	StageLookup = "lookup"
+	// StageLists: conversation-list and unread updates (and member work).
+	StageLists = "lists"
+	// StagePush: PushBatch calls to the gates and stale-route removal.
+	StagePush = "push"
+	// StageMailbox: recording missed pushes through logic.
+	StageMailbox = "mailbox"
+	// StageAck: done markers, XACK and XDEL.
+	StageAck = "ack"
+)
+
 // Metrics are deliver's collectors.
 type Metrics struct {
+	// Stage is the time one batch spent in each stage (Stage* labels).
+	Stage *prometheus.HistogramVec
 	// Jobs counts finished jobs by result.
 	Jobs *prometheus.CounterVec
 	// PushSeconds is the latency of one Push RPC to one gate.
@@ -76,6 +96,11 @@ type Metrics struct {
 // New creates the collectors and registers them on reg.
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
+		Stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "deliver", Name: "batch_stage_seconds",
+			Help:    "Time one partition's batch spent in a stage (read, lookup, lists, push, mailbox, ack).",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"stage"}),
 		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "deliver", Name: "jobs_total", Help: "Deliver jobs finished, by result.",
 		}, []string{"result"}),
@@ -131,7 +156,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Age of the oldest unacknowledged job of a partition (0 when empty), sampled.",
 		}, []string{"partition"}),
 	}
-	reg.MustRegister(m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.Dropped,
+	reg.MustRegister(m.Stage, m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.Dropped,
 		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors, m.ListUpdates, m.MailboxEvents,
 		m.Reclaimed, m.QueueLength, m.QueuePending, m.QueueOldestAge)
 	// Every result of the fixed result sets is exported from the start
@@ -141,6 +166,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, r := range []string{ResultPushed, ResultDuplicate, ResultMalformed, ResultUnknown, ResultSignal} {
 		m.Jobs.WithLabelValues(r)
 	}
+	for _, st := range []string{StageRead, StageLookup, StageLists, StagePush, StageMailbox, StageAck} {
+		m.Stage.WithLabelValues(st)
+	}
 	for _, r := range []string{ListApplied, ListSkipped} {
 		m.ListUpdates.WithLabelValues(r)
 	}
@@ -148,6 +176,11 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.MailboxEvents.WithLabelValues(r)
 	}
 	return m
+}
+
+// Since observes the time since start in stage st.
+func (m *Metrics) Since(st string, start time.Time) {
+	m.Stage.WithLabelValues(st).Observe(time.Since(start).Seconds())
 }
 
 // InitPartitions creates the per-partition series of partitions 0..n-1 at
