@@ -130,11 +130,13 @@ func (s P2P) Run(ctx context.Context, e *Env) (*Result, error) {
 		prof = e.startProfiles(ctx, "", int(max(1, dur.Round(time.Second)/time.Second)))
 	}
 	batch0, merr := e.logicMetric(ctx, batchSum, batchCount, batchFallback)
+	stage0, serr := e.deliverMetric(ctx, stageSamples...)
 	cpu0 := e.CPU()
 	t.pace(ctx, all, rate, dur)
 	window := time.Since(start)
 	cpu1 := e.CPU()
 	batch1, merr1 := e.logicMetric(ctx, batchSum, batchCount, batchFallback)
+	stage1, serr1 := e.deliverMetric(ctx, stageSamples...)
 	deliveredInWindow := t.received.Load()
 	backlogEnd, berr := e.DeliverBacklog(ctx)
 	t.drain(ctx, 15*time.Second)
@@ -243,6 +245,11 @@ func (s P2P) Run(ctx context.Context, e *Env) (*Result, error) {
 		// A sample not exposed yet is 0: the counter has not been touched.
 		res.add("group-commit batches refused and committed one send at a time (logic, fallback)", batch1[batchFallback]-batch0[batchFallback], "batches")
 	}
+	if err := errors.Join(serr, serr1); err != nil {
+		res.note("deliver's batch stages: %v", err)
+	} else {
+		addStages(res, stage0, stage1)
+	}
 	if prof != nil {
 		res.Profiles = prof.wait(ctx, e.OutDir)
 		for _, pf := range res.Profiles {
@@ -304,6 +311,43 @@ func (s P2P) Run(ctx context.Context, e *Env) (*Result, error) {
 		res.note("plot: %v", err)
 	}
 	return res, nil
+}
+
+// deliverStages are the stages of deliver_batch_stage_seconds, in the order
+// one partition's loop runs them.
+var deliverStages = []string{"read", "lookup", "lists", "push", "mailbox", "ack"}
+
+// stageSamples are the sum and count samples of every stage.
+var stageSamples = func() []string {
+	var out []string
+	for _, st := range deliverStages {
+		out = append(out, stageSample(st, "sum"), stageSample(st, "count"))
+	}
+	return out
+}()
+
+func stageSample(stage, part string) string {
+	return fmt.Sprintf(`deliver_batch_stage_seconds_%s{stage="%s"}`, part, stage)
+}
+
+// addStages reports the mean time a batch spent in each of deliver's
+// stages over the window: with one loop per partition doing them one
+// after another, they say whether deliver waits on Redis, the gates or
+// logic when it falls behind.
+func addStages(res *Result, before, after map[string]float64) {
+	var parts []string
+	for _, st := range deliverStages {
+		n := after[stageSample(st, "count")] - before[stageSample(st, "count")]
+		if n <= 0 {
+			continue
+		}
+		mean := (after[stageSample(st, "sum")] - before[stageSample(st, "sum")]) / n * 1000
+		res.add("deliver batch stage "+st+": mean per batch", mean, "ms")
+		parts = append(parts, fmt.Sprintf("%s %.2f ms × %.0f", st, mean, n))
+	}
+	if len(parts) > 0 {
+		res.note("deliver's batch stages over the window (mean × batches): %s", strings.Join(parts, "; "))
+	}
 }
 
 // Logic's group-commit batch histogram (spark_logic_send_batch_size): its

@@ -149,19 +149,28 @@ func parsePprofTop(r io.Reader) (string, []ProfileTop, error) {
 // their exact name as exposed (e.g. "spark_logic_send_batch_size_sum";
 // labels, if any, are part of the name).
 func (e *Env) logicMetric(ctx context.Context, names ...string) (map[string]float64, error) {
+	return readMetrics(ctx, "logic", e.C.LogicAdmin, names...)
+}
+
+// deliverMetric is logicMetric for deliver.
+func (e *Env) deliverMetric(ctx context.Context, names ...string) (map[string]float64, error) {
+	return readMetrics(ctx, "deliver", e.C.DeliverAdmin, names...)
+}
+
+func readMetrics(ctx context.Context, process, adminAddr string, names ...string) (map[string]float64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.C.LogicAdmin+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+adminAddr+"/metrics", nil)
 	if err != nil {
 		return nil, fmt.Errorf("scenario: metrics request: %w", err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scenario: logic metrics: %w", err)
+		return nil, fmt.Errorf("scenario: %s metrics: %w", process, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scenario: logic metrics: %s", resp.Status)
+		return nil, fmt.Errorf("scenario: %s metrics: %s", process, resp.Status)
 	}
 	out := map[string]float64{}
 	sc := bufio.NewScanner(resp.Body)
@@ -172,14 +181,14 @@ func (e *Env) logicMetric(ctx context.Context, names ...string) (map[string]floa
 			if rest, ok := strings.CutPrefix(line, n+" "); ok {
 				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
 				if err != nil {
-					return nil, fmt.Errorf("scenario: logic metric %s: %w", n, err)
+					return nil, fmt.Errorf("scenario: %s metric %s: %w", process, n, err)
 				}
 				out[n] = v
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("scenario: logic metrics: %w", err)
+		return nil, fmt.Errorf("scenario: %s metrics: %w", process, err)
 	}
 	return out, nil
 }
