@@ -1,6 +1,9 @@
 // Package lease holds a Redis lease: a key set with NX and a TTL to a
 // random token, renewed by compare-and-expire, released by
-// compare-and-delete. Logic guards its MsgId machine id with one.
+// compare-and-delete. Logic guards its MsgId machine id with one, and
+// issues ids only while the lease is certainly still its own (Held): a
+// holder that cannot renew stops at a safety margin before the key could
+// expire in Redis, so a process that takes the id over never overlaps it.
 package lease
 
 import (
@@ -10,13 +13,20 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/pkg/failpoint"
 )
 
 // ErrHeld is returned when another holder keeps the lease.
 var ErrHeld = errors.New("lease: held by another process")
+
+// ErrNotHeld is returned by Check when the lease may have expired (it
+// could not be renewed within TTL minus the margin) or was taken over.
+var ErrNotHeld = errors.New("lease: not certainly held")
 
 var renewScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -30,35 +40,76 @@ if redis.call('GET', KEYS[1]) == ARGV[1] then
 end
 return 0`)
 
+// Options configure Acquire.
+type Options struct {
+	// TTL is the key's lifetime in Redis; it is renewed every TTL/5.
+	TTL time.Duration
+	// Wait is how long Acquire keeps trying while another holder has the
+	// key (a just-crashed predecessor's lease expires within one TTL).
+	Wait time.Duration
+	// Margin is how long before the key could expire Check starts failing
+	// when renewals do not get through: it covers the clock-rate
+	// difference between this host and Redis and the issuance already
+	// past its Check. Default TTL/3, so three renewals in a row may fail
+	// before ids stop.
+	Margin time.Duration
+	// OnLost is called once, from the renewal goroutine, when another
+	// holder has taken the key; the lease is then gone for good.
+	OnLost func(error)
+	// OnRetake runs when a renewal found the key expired (Redis was
+	// unreachable past the TTL, or lost its data) and took it again,
+	// before Check succeeds again: someone may have held the key in
+	// between. An error keeps Check failing and is retried at the next
+	// renewal.
+	OnRetake func(ctx context.Context) error
+}
+
 // Lease is a held lease.
 type Lease struct {
 	rdb   redis.UniversalClient
 	key   string
 	token string
-	ttl   time.Duration
+	opts  Options
+
+	// base anchors deadline on the monotonic clock.
+	base time.Time
+	// deadline is when Check starts failing, as time since base: the
+	// send time of the last renewal Redis confirmed, plus TTL - Margin.
+	deadline atomic.Int64
+	lost     atomic.Bool
 
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
 }
 
-// Acquire takes key for ttl. When someone else holds it, Acquire keeps
-// trying for up to wait (a just-crashed predecessor's lease expires within
-// one TTL) and then fails with ErrHeld. onLost is called (once, from the
-// renewal goroutine) if the lease is found taken by another holder later.
-func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl, wait time.Duration, onLost func(error)) (*Lease, error) {
+// Acquire takes key. When someone else holds it, Acquire keeps trying for
+// up to opts.Wait and then fails with ErrHeld.
+func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, opts Options) (*Lease, error) {
+	if opts.TTL <= 0 {
+		return nil, fmt.Errorf("lease: TTL %v must be positive", opts.TTL)
+	}
+	if opts.Margin <= 0 {
+		opts.Margin = opts.TTL / 3
+	}
+	if opts.Margin >= opts.TTL {
+		return nil, fmt.Errorf("lease: margin %v must be below the TTL %v", opts.Margin, opts.TTL)
+	}
 	var b [16]byte
 	if _, err := rand.Read(b[:]); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lease: token: %w", err)
 	}
-	l := &Lease{rdb: rdb, key: key, token: hex.EncodeToString(b[:]), ttl: ttl, stop: make(chan struct{}), done: make(chan struct{})}
-	deadline := time.Now().Add(wait)
+	l := &Lease{rdb: rdb, key: key, token: hex.EncodeToString(b[:]), opts: opts, base: time.Now(),
+		stop: make(chan struct{}), done: make(chan struct{})}
+	deadline := time.Now().Add(opts.Wait)
 	for {
-		ok, err := rdb.SetNX(ctx, key, l.token, ttl).Result()
+		sent := l.since()
+		ok, err := rdb.SetNX(ctx, key, l.token, opts.TTL).Result()
 		if err != nil {
 			return nil, fmt.Errorf("lease: SET NX %s: %w", key, err)
 		}
 		if ok {
+			l.confirmed(sent)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -66,50 +117,104 @@ func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, ttl, wa
 		}
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, fmt.Errorf("lease: waiting for %s: %w", key, ctx.Err())
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	go l.renew(onLost)
+	go l.renew()
 	return l, nil
 }
 
 // Key returns the leased key.
 func (l *Lease) Key() string { return l.key }
 
-func (l *Lease) renew(onLost func(error)) {
+// Check returns nil while the lease is certainly this holder's: renewed
+// within TTL - Margin and never taken over. Otherwise it returns an error
+// wrapping ErrNotHeld.
+func (l *Lease) Check() error {
+	if l.lost.Load() {
+		return fmt.Errorf("%w: %s was taken over", ErrNotHeld, l.key)
+	}
+	if over := l.since() - time.Duration(l.deadline.Load()); over >= 0 {
+		return fmt.Errorf("%w: %s not renewed for %v", ErrNotHeld, l.key, l.opts.TTL-l.opts.Margin+over)
+	}
+	return nil
+}
+
+func (l *Lease) since() time.Duration { return time.Since(l.base) }
+
+// confirmed records a renewal Redis confirmed, sent at sent: the key
+// lives at least TTL from then.
+func (l *Lease) confirmed(sent time.Duration) {
+	l.deadline.Store(int64(sent + l.opts.TTL - l.opts.Margin))
+}
+
+func (l *Lease) renew() {
 	defer close(l.done)
-	t := time.NewTicker(l.ttl / 3)
+	every := l.opts.TTL / 5
+	t := time.NewTicker(every)
 	defer t.Stop()
+	retaken := false // the key expired and was taken again; OnRetake not yet done
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)
-		n, err := renewScript.Run(ctx, l.rdb, []string{l.key}, l.token, l.ttl.Milliseconds()).Int()
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		sent := l.since()
+		n, err := l.renewOnce(ctx)
 		if err == nil && n == 0 {
-			// Expired (Redis was unreachable for a TTL, or flushed): take it
-			// again unless someone else has.
+			// Expired (Redis was unreachable for a TTL, or flushed): take
+			// it again unless someone else has.
 			var ok bool
-			ok, err = l.rdb.SetNX(ctx, l.key, l.token, l.ttl).Result()
+			ok, err = l.rdb.SetNX(ctx, l.key, l.token, l.opts.TTL).Result()
 			if err == nil && !ok {
 				cancel()
-				if onLost != nil {
-					onLost(fmt.Errorf("%w: %s was taken over", ErrHeld, l.key))
+				l.lost.Store(true)
+				if l.opts.OnLost != nil {
+					l.opts.OnLost(fmt.Errorf("%w: %s was taken over", ErrHeld, l.key))
 				}
 				return
 			}
+			retaken = retaken || err == nil
+		}
+		if err == nil && retaken && l.opts.OnRetake != nil {
+			err = l.opts.OnRetake(ctx)
+		}
+		if err == nil {
+			retaken = false
+			l.confirmed(sent)
 		}
 		cancel()
-		// Other errors (Redis down) are retried at the next tick.
+		// Other errors (Redis down) are retried at the next tick; Check
+		// fails once the deadline passes.
 	}
+}
+
+// renewOnce extends the key if it is still ours: 1 when it was, 0 when it
+// is gone or someone else's.
+func (l *Lease) renewOnce(ctx context.Context) (int, error) {
+	// An armed "error" is a renewal that does not get through, as when
+	// Redis is unreachable from this process only.
+	if err := failpoint.Inject("logic/lease/renew"); err != nil {
+		return 0, err
+	}
+	n, err := renewScript.Run(ctx, l.rdb, []string{l.key}, l.token, l.opts.TTL.Milliseconds()).Int()
+	if err != nil {
+		return 0, fmt.Errorf("lease: renew %s: %w", l.key, err)
+	}
+	return n, nil
 }
 
 // Release stops renewing and deletes the key if still ours.
 func (l *Lease) Release(ctx context.Context) error {
 	l.once.Do(func() { close(l.stop) })
 	<-l.done
-	return releaseScript.Run(ctx, l.rdb, []string{l.key}, l.token).Err()
+	// Nothing may be issued under a lease being given up.
+	l.lost.Store(true)
+	if err := releaseScript.Run(ctx, l.rdb, []string{l.key}, l.token).Err(); err != nil {
+		return fmt.Errorf("lease: release %s: %w", l.key, err)
+	}
+	return nil
 }

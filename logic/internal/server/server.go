@@ -47,9 +47,17 @@ import (
 
 // Timings of the process.
 const (
-	machineLeaseTTL = 15 * time.Second
-	drainTimeout    = 5 * time.Second
-	kickTimeout     = 3 * time.Second
+	// MachineLeaseTTL is the life of the MsgId machine-id lease in Redis;
+	// a killed logic's id is free again at most this long after its last
+	// renewal (every MachineLeaseTTL/5).
+	MachineLeaseTTL = 15 * time.Second
+	// MachineLeaseMargin is how long before the lease could expire a
+	// logic whose renewals fail stops issuing ids (50301), so the next
+	// holder never overlaps it: ids stop MachineLeaseTTL -
+	// MachineLeaseMargin (10 s) after the last confirmed renewal.
+	MachineLeaseMargin = 5 * time.Second
+	drainTimeout       = 5 * time.Second
+	kickTimeout        = 3 * time.Second
 )
 
 // Run serves until ctx ends (SIGTERM), then shuts down gracefully. It
@@ -109,18 +117,36 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		return err
 	}
 
-	// MsgId machine lease and generator.
+	// MsgId machine lease and generator. Ids are issued only while the
+	// lease is certainly held (lease.GuardedIDs), and after a lapse only
+	// above what another holder of the machine id may have issued.
 	fatal := make(chan error, 1)
-	var ml *lease.Lease
+	hw := store.NewHighWater(hwdb)
+	var (
+		ml    *lease.Lease
+		floor lease.Floor
+	)
 	if err := retry(ctx, log, "msgid machine lease", func(context.Context) error {
 		var err error
-		ml, err = lease.Acquire(ctx, rdb, rediskey.MachineLease(lc.MachineID), machineLeaseTTL, machineLeaseTTL+time.Second,
-			func(err error) {
+		ml, err = lease.Acquire(ctx, rdb, rediskey.MachineLease(lc.MachineID), lease.Options{
+			TTL: MachineLeaseTTL, Margin: MachineLeaseMargin, Wait: MachineLeaseTTL + time.Second,
+			OnLost: func(err error) {
 				select {
 				case fatal <- err:
 				default:
 				}
-			})
+			},
+			OnRetake: func(ctx context.Context) error {
+				mark, err := hw.LoadHighWater(ctx, lc.MachineID)
+				if err != nil {
+					return fmt.Errorf("high-water mark after retaking the machine lease: %w", err)
+				}
+				floor.RaiseToMs(mark)
+				log.Warn("msgid machine lease had expired and was taken again; ids continue above its high-water mark",
+					zap.Int("machine_id", lc.MachineID), zap.Int64("high_water_ms", mark))
+				return nil
+			},
+		})
 		if errors.Is(err, lease.ErrHeld) {
 			return backoffStop{err}
 		}
@@ -134,13 +160,16 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = ml.Release(cctx)
+		if err := ml.Release(cctx); err != nil {
+			log.Warn("release msgid machine lease", zap.Error(err))
+		}
 		cancel()
 	}()
-	gen, err := msgid.New(ctx, msgid.Settings{MachineID: lc.MachineID, Store: store.NewHighWater(hwdb)})
+	gen, err := msgid.New(ctx, msgid.Settings{MachineID: lc.MachineID, Store: hw})
 	if err != nil {
 		return err
 	}
+	ids := lease.Guard(gen, ml, &floor)
 
 	// Services.
 	base, stopRequests := context.WithCancel(context.WithoutCancel(ctx))
@@ -148,21 +177,21 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	gates := gatepush.NewRegistry(rdb, log)
 	clients := gatepush.NewClients(cfg.Cluster.Secret)
 	defer clients.Close()
-	mb := mailbox.New(st, gen)
+	mb := mailbox.New(st, ids)
 	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
 	authSvc.RecordKicks(mb)
 	limits := ratelimit.New(rdb, ratelimit.FromConfig(lc.RateLimit), log, reg)
 	authSvc.LimitDevices(limits)
-	relSvc, err := relation.New(st, gen, relation.Options{Policy: relation.Policy(lc.P2PPolicy)})
+	relSvc, err := relation.New(st, ids, relation.Options{Policy: relation.Policy(lc.P2PPolicy)})
 	if err != nil {
 		return err
 	}
-	groupSvc := group.New(st, gen, group.Config{MaxMembers: lc.GroupMaxMembers})
-	sendSvc := message.New(st, rdb, gen, message.Config{
+	groupSvc := group.New(st, ids, group.Config{MaxMembers: lc.GroupMaxMembers})
+	sendSvc := message.New(st, rdb, ids, message.Config{
 		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
 		RecallWindow: lc.RecallWindow, MaxFrameSize: lc.MaxFrameSize,
 		CommitWorkers: lc.CommitWorkers, CommitBatch: lc.CommitBatch,
-		Conversations: conversation.NewResolver(st, gen.Next, relSvc, groupSvc),
+		Conversations: conversation.NewResolver(st, ids.Next, relSvc, groupSvc),
 	}, log, m)
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, lc.MaxFrameSize, log)
@@ -170,7 +199,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	// events the same way whichever door made it.
 	notifier := notify.New(rdb, cfg.Queue.Partitions)
 	gw := gateway.NewServer(base, &gateway.Handler{
-		Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: gen,
+		Auth: authSvc, Send: sendSvc, Inbox: inboxSvc, IDs: ids,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier,
 		Limits: limits, Log: log, Metrics: m,
 	}, gates, log)
