@@ -176,3 +176,17 @@ func waitPing(addr string, within time.Duration) error {
 	}
 	return fmt.Errorf("redis on %s did not answer PING within %v: %v", addr, within, err)
 }
+
+// Masters returns how many distinct masters of rdb's cluster hold keys,
+// so a cluster test can show its keys did not all land on one node.
+func Masters(ctx context.Context, rdb *redis.ClusterClient, keys ...string) (int, error) {
+	seen := map[string]bool{}
+	for _, k := range keys {
+		m, err := rdb.MasterForKey(ctx, k)
+		if err != nil {
+			return 0, fmt.Errorf("master of %s: %w", k, err)
+		}
+		seen[m.Options().Addr] = true
+	}
+	return len(seen), nil
+}
