@@ -54,7 +54,7 @@ func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64
 			Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(cmd), MsgId: msgID, ConversationId: cid,
 			ConversationType: int32(ctype), SenderId: from.UserID, SenderDevice: from.DeviceID,
 			Recipients: recipients, PushData: push, CreatedAtMs: time.Now().UnixMilli(),
-		}, 0, nil)
+		}, 0, nil, time.Now())
 	}
 	if err != nil {
 		s.metrics.EnqueueFailures.Inc()
@@ -211,7 +211,7 @@ func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64
 		Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(protocol.CmdRecallMessage), MsgId: msgID, ConversationId: cid,
 		ConversationType: protocol.ConversationGroup, SenderId: from.UserID, SenderDevice: from.DeviceID,
 		PushData: push, CreatedAtMs: time.Now().UnixMilli(), MailboxEventType: protocol.EventRecall,
-	}, 0, nil)
+	}, 0, nil, time.Now())
 	if err != nil {
 		s.metrics.EnqueueFailures.Inc()
 		return busy("enqueue recall", err)

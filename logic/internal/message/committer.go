@@ -54,9 +54,10 @@ type outcome struct {
 	err      error
 	row      store.Message
 	// job is the deliver job; enqueueErr is its first XADD attempt's
-	// error (nil: enqueued).
-	job        *queuev1.DeliverJob
-	enqueueErr error
+	// error (nil: enqueued), made at enqueueStart.
+	job          *queuev1.DeliverJob
+	enqueueErr   error
+	enqueueStart time.Time
 	// replay: the send's key was found, row is the stored message (a
 	// retry of a committed send).
 	replay bool
@@ -251,9 +252,10 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 		jobs = append(jobs, job)
 		idx = append(idx, i)
 	}
+	enqueueStart := time.Now()
 	errs := s.enqueuePipelined(ctx, jobs)
 	for k, i := range idx {
-		out[i].enqueueErr = errs[k]
+		out[i].enqueueErr, out[i].enqueueStart = errs[k], enqueueStart
 	}
 	for i, p := range batch {
 		p.outcome <- out[i]

@@ -19,8 +19,17 @@ import (
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
-// enqueueAttemptTimeout bounds one XADD.
-const enqueueAttemptTimeout = time.Second
+// enqueueAttemptTimeout bounds one XADD (or the first, pipelined XADDs of
+// a group commit). A healthy Redis answers in milliseconds; half a second
+// leaves the budget room for a second attempt after a hung one.
+const enqueueAttemptTimeout = 500 * time.Millisecond
+
+// enqueueBudget bounds all the XADD attempts of one job, from the start of
+// the first. With Redis down, the client's Redis library may spend a whole
+// attempt's timeout retrying its dial, so without a budget a send would
+// wait out every attempt (3 s with three) before its 50301; with it, the
+// client hears 50301 within about a second and retries (decision 72).
+const enqueueBudget = time.Second
 
 // Job builds the deliver job of a committed message of conv: the push
 // data and the list preview are encoded here once for every recipient
@@ -71,14 +80,14 @@ func (s *Service) enqueue(ctx context.Context, row store.Message, conv conversat
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, "", err)
 	}
-	return s.enqueueFrom(ctx, row, job, 0, nil)
+	return s.enqueueFrom(ctx, row, job, 0, nil, time.Now())
 }
 
 // enqueueFrom makes the XADD attempts of job from attempt first on (the
-// group commit made attempt 0 already when first is 1; prev is its error)
-// and reports a final failure as 50301.
-func (s *Service) enqueueFrom(ctx context.Context, row store.Message, job *queuev1.DeliverJob, first int, prev error) error {
-	if err := s.enqueueJob(ctx, job, first, prev); err != nil {
+// group commit made attempt 0 already when first is 1, starting at start;
+// prev is its error) and reports a final failure as 50301.
+func (s *Service) enqueueFrom(ctx context.Context, row store.Message, job *queuev1.DeliverJob, first int, prev error, start time.Time) error {
+	if err := s.enqueueJob(ctx, job, first, prev, start); err != nil {
 		s.metrics.EnqueueFailures.Inc()
 		s.log.Warn("enqueue failed; no SEND_ACK", zap.Int64("user_id", row.SenderID), zap.Int64("conversation_id", row.ConversationID),
 			zap.Int64("msg_id", row.ID), zap.Error(err))
@@ -89,7 +98,11 @@ func (s *Service) enqueueFrom(ctx context.Context, row store.Message, job *queue
 
 // enqueueJob XADDs a job with bounded retries (logic.enqueue_retries),
 // starting at attempt first; prev is the error of the attempts before it.
-func (s *Service) enqueueJob(ctx context.Context, job *queuev1.DeliverJob, first int, prev error) error {
+// The attempts, counted from start (when attempt 0 began), end within
+// enqueueBudget.
+func (s *Service) enqueueJob(ctx context.Context, job *queuev1.DeliverJob, first int, prev error, start time.Time) error {
+	ctx, cancel := context.WithDeadline(ctx, start.Add(enqueueBudget))
+	defer cancel()
 	last := prev
 attempts:
 	for attempt := first; attempt < s.cfg.EnqueueRetries; attempt++ {

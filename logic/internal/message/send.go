@@ -133,7 +133,7 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 		return nil, o.err
 	}
 	if o.enqueueErr != nil {
-		if err := s.enqueueFrom(ctx, o.row, o.job, 1, o.enqueueErr); err != nil {
+		if err := s.enqueueFrom(ctx, o.row, o.job, 1, o.enqueueErr, o.enqueueStart); err != nil {
 			return nil, err
 		}
 	}
