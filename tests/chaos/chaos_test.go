@@ -1,0 +1,107 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// durationFromEnv reads a duration such as "5m" from the environment.
+func durationFromEnv(t *testing.T, name string, def time.Duration) time.Duration {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", name, v, err)
+	}
+	return d
+}
+
+// artifactDir is where a run's verdict and history are kept for
+// inspection: $SPARK_ARTIFACTS_DIR/chaos/<name> (default .run/artifacts
+// of the repository), else the test's temporary directory.
+func artifactDir(t *testing.T) string {
+	base := os.Getenv("SPARK_ARTIFACTS_DIR")
+	if base == "" {
+		if wd, err := os.Getwd(); err == nil {
+			base = filepath.Join(wd, "..", "..", ".run", "artifacts")
+		} else {
+			return t.TempDir()
+		}
+	}
+	dir := filepath.Join(base, "chaos", t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func runChaos(t *testing.T, cfg Config) Result {
+	dir := artifactDir(t)
+	hf, err := os.Create(filepath.Join(dir, "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hf.Close()
+	cfg.History = hf
+	cfg.Logf = t.Logf
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+6*time.Minute)
+	defer cancel()
+	res, err := Run(ctx, t, cfg)
+	if err != nil {
+		t.Fatalf("chaos run (seed %d): %v", res.Seed, err)
+	}
+	if err := WriteReport(dir, cfg, res); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("seed %d, %v; history and verdict in %s\n%s", res.Seed, res.Elapsed.Round(time.Second), dir, res.Verdict)
+	return res
+}
+
+// TestChaosFiveMinutesOfKillsAndOutagesKeepsEveryInvariant runs the mixed
+// load for SPARK_CHAOS_DURATION (default 5 minutes) while processes are
+// killed and restarted and Redis and MySQL stop once each, and requires
+// the checker's PASS.
+func TestChaosFiveMinutesOfKillsAndOutagesKeepsEveryInvariant(t *testing.T) {
+	res := runChaos(t, Config{Duration: durationFromEnv(t, "SPARK_CHAOS_DURATION", 5*time.Minute)})
+	if !res.Verdict.Pass {
+		t.Fatalf("chaos verdict FAIL (seed %d):\n%s", res.Seed, res.Verdict)
+	}
+	if res.Verdict.Stats.Faults == 0 {
+		t.Fatalf("no fault was injected")
+	}
+}
+
+// TestChaosCheckerFailsWhenDeliverDropsOneJob breaks deliver on purpose:
+// in the calm phase each deliver drops one message job (acked with no
+// list update and no push). The checker must say FAIL, through the calm
+// push expectation and the unread truth, and nothing else may fail.
+func TestChaosCheckerFailsWhenDeliverDropsOneJob(t *testing.T) {
+	res := runChaos(t, Config{Duration: durationFromEnv(t, "SPARK_CHAOS_TEETH_DURATION", time.Minute), Failpoint: DropOneJob})
+	v := res.Verdict
+	if v.Pass {
+		t.Fatalf("verdict PASS with a deliver that drops a job; the checker has no teeth:\n%s", v)
+	}
+	for _, check := range []string{CheckCalmPush, CheckUnread} {
+		if v.Failures[check] == 0 {
+			t.Errorf("the dropped job was not caught by %s:\n%s", check, v)
+		}
+	}
+	allowed := map[string]bool{CheckCalmPush: true, CheckUnread: true, CheckConversationList: true, CheckDeviceList: true}
+	var other []string
+	for check := range v.Failures {
+		if !allowed[check] {
+			other = append(other, check)
+		}
+	}
+	if len(other) > 0 {
+		t.Errorf("checks failed that a dropped job does not explain: %s\n%s", strings.Join(other, ", "), v)
+	}
+}

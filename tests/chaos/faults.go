@@ -1,0 +1,154 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sparkim/spark/tests/framework"
+)
+
+// faultPlan shapes the fault scheduler.
+type faultPlan struct {
+	// Gap is the pause between two faults (uniform in [Gap/2, 3·Gap/2]).
+	Gap time.Duration
+	// Down is how long a killed or stopped process stays down (uniform
+	// in [Down/2, 3·Down/2]).
+	Down time.Duration
+	// Outage is how long Redis and MySQL are stopped, once each.
+	Outage time.Duration
+}
+
+// faults kills and restarts processes of a cluster, one at a time, so at
+// least one of each kind always runs, and stops Redis and MySQL once
+// each, at about 30 % and 60 % of the window.
+type faults struct {
+	c    *framework.Cluster
+	hist *History
+	rng  *rand.Rand
+	plan faultPlan
+	logf func(string, ...any)
+}
+
+type target struct {
+	kind string
+	proc *framework.Process
+}
+
+func (f *faults) targets() []target {
+	var ts []target
+	for _, g := range f.c.Gates {
+		ts = append(ts, target{"gate", g.Process})
+	}
+	for _, l := range f.c.Logics {
+		ts = append(ts, target{"logic", l.Process})
+	}
+	for _, d := range f.c.Delivers {
+		ts = append(ts, target{"deliver", d.Process})
+	}
+	return ts
+}
+
+func (f *faults) jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(f.rng.Int64N(int64(d)+1))
+}
+
+func (f *faults) record(detail string, err error) {
+	e := Event{Kind: KindFault, Detail: detail}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	f.hist.Add(e)
+	if f.logf != nil {
+		if err != nil {
+			f.logf("fault: %s: %v", detail, err)
+		} else {
+			f.logf("fault: %s", detail)
+		}
+	}
+}
+
+// run injects faults until ctx ends or window has passed, then makes sure
+// everything runs again.
+func (f *faults) run(ctx context.Context, window time.Duration) {
+	start := time.Now()
+	redisAt, mysqlAt := start.Add(window*3/10), start.Add(window*6/10)
+	redisDone, mysqlDone := false, false
+	for ctx.Err() == nil && time.Since(start) < window {
+		if !sleepCtx(ctx, f.jitter(f.plan.Gap)) {
+			break
+		}
+		switch {
+		case !redisDone && time.Now().After(redisAt):
+			redisDone = true
+			f.outage(ctx, "redis", f.c.Redis.Stop, f.c.Redis.Start)
+		case !mysqlDone && time.Now().After(mysqlAt):
+			mysqlDone = true
+			if f.c.MySQL == nil {
+				f.record("mysql outage skipped: the cluster uses the shared MySQL", nil)
+				continue
+			}
+			f.outage(ctx, "mysql", f.c.MySQL.Stop, f.c.MySQL.Start)
+		default:
+			f.processFault(ctx)
+		}
+	}
+	f.restoreAll()
+}
+
+func (f *faults) outage(ctx context.Context, name string, stop, start func() error) {
+	f.record(name+" stop", stop())
+	sleepCtx(ctx, f.plan.Outage)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = start(); err == nil {
+			break
+		}
+		time.Sleep(time.Second)
+	}
+	f.record(name+" start", err)
+}
+
+func (f *faults) processFault(ctx context.Context) {
+	ts := f.targets()
+	t := ts[f.rng.IntN(len(ts))]
+	if !t.proc.Running() {
+		return
+	}
+	var err error
+	how := "kill -9"
+	if f.rng.IntN(2) == 0 {
+		how = "SIGTERM"
+		err = t.proc.Stop()
+	} else {
+		err = t.proc.Kill()
+	}
+	f.record(fmt.Sprintf("%s %s", how, t.proc.Name), err)
+	sleepCtx(ctx, f.jitter(f.plan.Down))
+	f.restart(t.proc)
+}
+
+func (f *faults) restart(p *framework.Process) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		sctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		err = p.Start(sctx)
+		cancel()
+		if err == nil {
+			break
+		}
+		_ = p.Kill() // a start that did not get ready may still run
+		time.Sleep(time.Second)
+	}
+	f.record("restart "+p.Name, err)
+}
+
+// restoreAll restarts whatever is still down.
+func (f *faults) restoreAll() {
+	for _, t := range f.targets() {
+		if !t.proc.Running() {
+			f.restart(t.proc)
+		}
+	}
+}
