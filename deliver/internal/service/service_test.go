@@ -102,7 +102,7 @@ type instance struct {
 	done   chan struct{}
 }
 
-func start(t *testing.T, rdb *redis.Client, id string, proc fanoutProcessor) *instance {
+func start(t *testing.T, rdb redis.UniversalClient, id string, proc fanoutProcessor) *instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).With(zap.String("deliver_id", id))
@@ -145,7 +145,7 @@ func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
-func enqueue(t *testing.T, rdb *redis.Client, conv, msgID int64, data string) {
+func enqueue(t *testing.T, rdb redis.UniversalClient, conv, msgID int64, data string) {
 	t.Helper()
 	job := &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: msgID, ConversationId: conv, ConversationType: 1,
 		SenderId: 1, SenderDevice: "phone", Recipients: []int64{1, 2}, MessageType: 1, PushData: []byte(data),
@@ -155,7 +155,7 @@ func enqueue(t *testing.T, rdb *redis.Client, conv, msgID int64, data string) {
 	}
 }
 
-func pending(t *testing.T, rdb *redis.Client) int64 {
+func pending(t *testing.T, rdb redis.UniversalClient) int64 {
 	t.Helper()
 	var n int64
 	for p := range partitions {
