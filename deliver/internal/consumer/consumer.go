@@ -155,34 +155,81 @@ func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Lo
 }
 
 // readNew reads and processes new entries until a read fails (true: claim
-// again) or the partition must stop (false).
+// again) or the partition must stop (false). The next read runs while the
+// current batch is processed, so under a backlog a batch never waits for
+// its own read; batches are still processed one at a time, in stream
+// order.
 func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger, bo *backoff.Backoff) bool {
-	stream := rediskey.Deliver(p)
+	rctx, cancel := context.WithCancel(readCtx)
+	// Unbuffered: the reader holds at most one batch read ahead; more
+	// would only hold entries pending that another owner could take after
+	// a stop.
+	reads := make(chan readResult)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.readAhead(rctx, p, reads)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
 	for {
+		waited := time.Now()
+		var r readResult
+		select {
+		case r = <-reads:
+		case <-readCtx.Done():
+		}
+		if readCtx.Err() != nil {
+			// Entries read ahead stay pending for the next owner.
+			return false
+		}
+		if r.err != nil {
+			c.readFailed(readCtx, p, log, r.err)
+			return bo.Sleep(readCtx)
+		}
+		bo.Reset()
+		c.m.Since(metrics.StageRead, waited)
+		for _, s := range r.streams {
+			if !c.handleEntries(ctx, readCtx, p, s.Messages, log) {
+				return false
+			}
+		}
 		if readCtx.Err() != nil {
 			return false
 		}
-		start := time.Now()
-		res, err := c.rdb.XReadGroup(readCtx, &redis.XReadGroupArgs{
+	}
+}
+
+// readResult is one XREADGROUP's entries or its error.
+type readResult struct {
+	streams []redis.XStream
+	err     error
+}
+
+// readAhead reads p's new entries into reads until ctx ends or a read
+// fails (the error is its last result).
+func (c *Consumer) readAhead(ctx context.Context, p int, reads chan<- readResult) {
+	stream := rediskey.Deliver(p)
+	for ctx.Err() == nil {
+		res, err := c.rdb.XReadGroup(ctx, &redis.XReadGroupArgs{
 			Group: rediskey.DeliverGroup, Consumer: c.cfg.Name,
 			Streams: []string{stream, ">"}, Count: int64(c.cfg.BatchSize), Block: c.cfg.Block,
 		}).Result()
 		if errors.Is(err, redis.Nil) {
 			continue // BLOCK timed out with nothing new
 		}
-		if err != nil {
-			if readCtx.Err() != nil {
-				return false
-			}
-			c.readFailed(readCtx, p, log, err)
-			return bo.Sleep(readCtx)
+		if err != nil && ctx.Err() != nil {
+			return
 		}
-		bo.Reset()
-		c.m.Since(metrics.StageRead, start)
-		for _, s := range res {
-			if !c.handleEntries(ctx, readCtx, p, s.Messages, log) {
-				return false
-			}
+		select {
+		case reads <- readResult{streams: res, err: err}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
 		}
 	}
 }
