@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,7 +86,10 @@ func StartMySQL(t testing.TB) *MySQL {
 		t.Fatal(err)
 	}
 	t.Logf("mysql: %s ready in %v", m.Addr, time.Since(start).Round(time.Millisecond))
-	t.Cleanup(func() { _ = m.proc.Stop() })
+	t.Cleanup(func() {
+		_ = m.Resume() // a paused server would not hear the SIGTERM
+		_ = m.proc.Stop()
+	})
 	return m
 }
 
@@ -155,6 +159,26 @@ func (m *MySQL) Stop() error { return m.proc.Stop() }
 // Kill kills the server (SIGKILL), as a crash would; InnoDB recovers the
 // committed data on the next Start.
 func (m *MySQL) Kill() error { return m.proc.Kill() }
+
+// Pause freezes the server (SIGSTOP): its port still accepts connections
+// but nothing answers, as with a hung server or a network partition.
+func (m *MySQL) Pause() error { return m.freeze(syscall.SIGSTOP) }
+
+// Resume lets a paused server go on (SIGCONT).
+func (m *MySQL) Resume() error { return m.freeze(syscall.SIGCONT) }
+
+func (m *MySQL) freeze(sig syscall.Signal) error {
+	m.proc.mu.Lock()
+	cmd := m.proc.cmd
+	m.proc.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("mysql on %s is not running", m.Addr)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		return fmt.Errorf("mysql on %s: %v: %w", m.Addr, sig, err)
+	}
+	return nil
+}
 
 // Running reports whether the server process is alive.
 func (m *MySQL) Running() bool { return m.proc.Running() }

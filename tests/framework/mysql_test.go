@@ -1,8 +1,10 @@
 package framework
 
 import (
+	"context"
 	"database/sql"
 	"testing"
+	"time"
 )
 
 // TestPrivateMySQLKeepsCommittedRowsAcrossStopAndKill checks what the
@@ -55,5 +57,37 @@ func TestPrivateMySQLKeepsCommittedRowsAcrossStopAndKill(t *testing.T) {
 				t.Fatalf("rows after %s and restart = %d, want %d", tc.name, n, tc.row)
 			}
 		})
+	}
+}
+
+// TestPrivateMySQLPauseHangsQueriesUntilResume checks the hung-server mode:
+// while paused a query gets no answer (its context ends it), and after
+// Resume the same pool answers again.
+func TestPrivateMySQLPauseHangsQueriesUntilResume(t *testing.T) {
+	m := StartMySQL(t)
+	db, err := sql.Open("mysql", m.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Ping(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	err = db.QueryRowContext(ctx, "SELECT 1").Scan(new(int))
+	cancel()
+	if err == nil {
+		t.Fatal("a paused server answered")
+	}
+	if err := m.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := db.QueryRowContext(ctx, "SELECT 1").Scan(new(int)); err != nil {
+		t.Fatalf("after Resume: %v", err)
 	}
 }
