@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli
 
-.PHONY: all build build-failpoints run test unit e2e fuzz vet proto clean services test-deps bench bench-long
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster fuzz vet proto clean services test-deps bench bench-long
 
 all: build
 
@@ -45,6 +45,11 @@ unit: services
 
 e2e: services test-deps build-failpoints
 	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m ./tests/...
+
+# The same e2e suite, each test cluster on a private 3-master Redis Cluster
+# instead of one redis-server (decision 71).
+e2e-cluster: services test-deps build-failpoints
+	source .run/services.env && SPARK_E2E_REDIS=cluster SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m ./tests/e2e/
 
 test: vet unit e2e
 
