@@ -43,6 +43,10 @@ type Options struct {
 	// PrivateMySQL gives the cluster its own mariadbd (Cluster.MySQL) in
 	// place of the shared server, so a test can stop, kill and restart it.
 	PrivateMySQL bool
+	// Unstarted leaves every process unstarted: the test starts them
+	// (Process.Launch, Start) in the order it checks, e.g. gates before
+	// logic.
+	Unstarted bool
 }
 
 // GateProc is a gate with its addresses.
@@ -175,6 +179,9 @@ deliver:
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	t.Cleanup(c.stopAll)
+	if o.Unstarted {
+		return c
+	}
 	for _, p := range c.all() {
 		if err := p.Start(ctx); err != nil {
 			t.Fatal(err)
