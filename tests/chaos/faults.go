@@ -111,7 +111,16 @@ func (f *faults) outage(ctx context.Context, name string, stop, start func() err
 }
 
 func (f *faults) processFault(ctx context.Context) {
-	ts := f.targets()
+	// A kind first, then one of its processes: each kind is hit as
+	// often, whatever their numbers.
+	kinds := [...]string{"gate", "logic", "deliver"}
+	kind := kinds[f.rng.IntN(len(kinds))]
+	var ts []target
+	for _, t := range f.targets() {
+		if t.kind == kind {
+			ts = append(ts, t)
+		}
+	}
 	t := ts[f.rng.IntN(len(ts))]
 	if !t.proc.Running() {
 		return
