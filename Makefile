@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli
 
-.PHONY: all build build-failpoints run test unit e2e e2e-cluster fuzz vet proto clean services test-deps bench bench-long
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long
 
 all: build
 
@@ -51,7 +51,16 @@ e2e: services test-deps build-failpoints
 e2e-cluster: services test-deps build-failpoints
 	source .run/services.env && SPARK_E2E_REDIS=cluster SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m ./tests/e2e/
 
-test: vet unit e2e
+# The chaos runner (tests/chaos, docs/decisions.md 73): SPARK_CHAOS_DURATION
+# (default 5m) of mixed load on 3 gates, 2 logic and 2 deliver while
+# processes are killed and Redis and MySQL stop, which must PASS the
+# checker; then a shorter run with a deliver that drops a job, which must
+# FAIL it. Verdicts and histories land in .run/artifacts/chaos/.
+chaos: services build-failpoints
+	$(GO) vet -tags chaos ./tests/chaos
+	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -tags chaos -timeout 25m -run 'TestChaos' ./tests/chaos
+
+test: vet unit e2e chaos
 
 # Short fuzzing of every parser (the seed corpora run in `make test` too).
 fuzz:
