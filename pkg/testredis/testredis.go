@@ -30,6 +30,7 @@
 // | 11 | logic/internal/notify       | yes     |
 // | 12 | logic/internal/ratelimit    | yes     |
 // | 13 | pkg/redisconn               | yes     |
+// | 14 | deliver/internal/lease      | yes     |
 // | –  | deliver/internal/service outage_test, tests/e2e, bench: private redis-server |
 //
 // Cluster-mode checks start a private 3-master Redis Cluster per test
@@ -64,6 +65,9 @@ const (
 	RateLimitDB = 12
 	// RedisConnDB is pkg/redisconn's.
 	RedisConnDB = 13
+	// DeliverLeaseDB is deliver/internal/lease's: its keys have fixed
+	// names, so it needs a DB of its own.
+	DeliverLeaseDB = 14
 )
 
 // AddrEnv names the environment variable that overrides DefaultAddr.

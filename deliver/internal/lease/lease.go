@@ -129,11 +129,7 @@ func (m *Manager) Owned() []int {
 func (m *Manager) Run(ctx context.Context, run RunFunc) {
 	owned := make(map[int]*part)
 	exited := make(chan int, m.cfg.Partitions)
-	interval := m.cfg.TTL / 3
-	if interval <= 0 {
-		interval = time.Second
-	}
-	ticker := time.NewTicker(interval)
+	ticker := time.NewTicker(m.interval())
 	defer ticker.Stop()
 
 	m.tick(ctx, owned, exited, run)
@@ -203,6 +199,7 @@ func (m *Manager) publish(owned map[int]*part) {
 
 func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int, run RunFunc) {
 	now := time.Now()
+	interval := m.interval()
 	tctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3+time.Second)
 	defer cancel()
 	live, hbErr := m.heartbeat(tctx, now)
@@ -219,9 +216,14 @@ func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int
 		n, err := m.renew.Run(tctx, m.rdb, []string{rediskey.DeliverLease(p)}, m.cfg.ID, m.cfg.TTL.Milliseconds()).Int()
 		switch {
 		case err != nil:
-			// Unknown whether it still holds: past two thirds of the TTL
-			// another instance may take it any moment, so stop first.
-			if now.Sub(pt.lastRenew) > m.cfg.TTL*2/3 {
+			// Unknown whether it still holds. Stop at the last tick
+			// before the lease could expire, the second failing one (two
+			// thirds of the TTL after the renewal): the next comes a
+			// whole TTL after it, when another instance may already own
+			// the partition. Comparing with TTL - 1.5 intervals (half
+			// the TTL) rather than two thirds keeps the tick's own jitter
+			// from deferring the stop to that next tick.
+			if now.Sub(pt.lastRenew) >= m.cfg.TTL-interval*3/2 {
 				pt.lost = true
 				pt.halt()
 				m.log.Warn("lease not renewed in time, stopping partition", zap.Int("partition", p), zap.Error(err))
@@ -278,6 +280,14 @@ func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int
 		}()
 	}
 	m.publish(owned)
+}
+
+// interval is the time between ticks: renewals, heartbeats, takeovers.
+func (m *Manager) interval() time.Duration {
+	if iv := m.cfg.TTL / 3; iv > 0 {
+		return iv
+	}
+	return time.Second
 }
 
 func (m *Manager) rank(p int) int {
