@@ -18,6 +18,9 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/redisconn"
 )
 
 // Services are the storage servers found the way deploy/dev/services.sh
@@ -107,7 +110,7 @@ type Cluster struct {
 	MySQLPID     int // 0 when not visible (remote server)
 	RedisPID     int
 	db           *sql.DB
-	rdb          *redis.Client
+	rdb          redis.UniversalClient
 	configPath   string
 	log          *slog.Logger
 	scratchDBs   []string
@@ -272,7 +275,9 @@ func (c *Cluster) startRedis(ctx context.Context) error {
 		return fmt.Errorf("cluster: start redis: %w", err)
 	}
 	c.RedisPID = c.redisProc.Process.Pid
-	c.rdb = redis.NewClient(&redis.Options{Addr: c.RedisAddr})
+	if c.rdb, err = redisconn.Open(config.Redis{Addr: c.RedisAddr}, redisconn.Options{}); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
 	for i := 0; i < 100; i++ {
 		if err := c.rdb.Ping(ctx).Err(); err == nil {
 			return nil
@@ -292,7 +297,7 @@ func (c *Cluster) QueuePartitions() int { return queuePartitions }
 func (c *Cluster) DB() *sql.DB { return c.db }
 
 // Redis is a client of the private Redis.
-func (c *Cluster) Redis() *redis.Client { return c.rdb }
+func (c *Cluster) Redis() redis.UniversalClient { return c.rdb }
 
 // RestartGate stops gate i with sig and starts it again on the same
 // ports; down returns when the old process has exited.
