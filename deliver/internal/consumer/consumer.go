@@ -170,9 +170,15 @@ func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger,
 		defer close(done)
 		c.readAhead(rctx, p, reads)
 	}()
+	// acking is the previous batch's ack, running while this one is
+	// processed. Every return waits for it: the lease is released only
+	// after the loop returns, and a batch handed to the next owner
+	// unacknowledged would be pushed twice.
+	var acking *inflightAck
 	defer func() {
 		cancel()
 		<-done
+		acking.wait()
 	}()
 	for {
 		waited := time.Now()
@@ -192,7 +198,7 @@ func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger,
 		bo.Reset()
 		c.m.Since(metrics.StageRead, waited)
 		for _, s := range r.streams {
-			if !c.handleEntries(ctx, readCtx, p, s.Messages, log) {
+			if !c.handleOverlapped(ctx, readCtx, p, s.Messages, &acking, log) {
 				return false
 			}
 		}
@@ -257,8 +263,74 @@ func (c *Consumer) handleEntries(ctx, readCtx context.Context, p int, msgs []red
 	if len(msgs) == 0 {
 		return true
 	}
-	// decoded[i] is msgs[i]'s job, nil for an entry nobody can decode: it
-	// must never block the partition, so it is only acknowledged.
+	decoded, ok := c.processEntries(ctx, readCtx, p, msgs, nil, log)
+	if !ok {
+		return false
+	}
+	start := time.Now()
+	defer c.m.Since(metrics.StageAck, start)
+	return c.ack(ctx, p, msgs, decoded, log)
+}
+
+// handleOverlapped is handleEntries with the ack left running: it
+// processes msgs while *acking (the previous batch's ack) finishes, then
+// waits for that ack and starts this batch's in *acking. At most one ack
+// is in flight, and acks finish in stream order.
+func (c *Consumer) handleOverlapped(ctx, readCtx context.Context, p int, msgs []redis.XMessage, acking **inflightAck, log *zap.Logger) bool {
+	if len(msgs) == 0 {
+		return true
+	}
+	decoded, ok := c.processEntries(ctx, readCtx, p, msgs, *acking, log)
+	if !ok {
+		return false
+	}
+	if !(*acking).wait() {
+		return false
+	}
+	a := &inflightAck{done: make(chan struct{}), msgIDs: make(map[int64]struct{}, len(decoded))}
+	for _, job := range decoded {
+		if MarksDone(job) {
+			a.msgIDs[job.GetMsgId()] = struct{}{}
+		}
+	}
+	*acking = a
+	go func() {
+		defer close(a.done)
+		start := time.Now()
+		a.ok = c.ack(ctx, p, msgs, decoded, log)
+		c.m.Since(metrics.StageAck, start)
+	}()
+	return true
+}
+
+// inflightAck is a batch's ack running in the background.
+type inflightAck struct {
+	done chan struct{}
+	ok   bool
+	// msgIDs are the batch's MESSAGE jobs: done (pushed), though their
+	// done markers may not be written yet.
+	msgIDs map[int64]struct{}
+}
+
+// wait waits for the ack and reports whether it succeeded; a nil ack
+// has nothing to wait for.
+func (a *inflightAck) wait() bool {
+	if a == nil {
+		return true
+	}
+	<-a.done
+	return a.ok
+}
+
+// processEntries decodes msgs and processes their jobs as one batch, in
+// stream order, retrying until it succeeds or the partition must stop
+// (false). A MESSAGE job whose msg_id is in prev, the batch whose ack is
+// still running, is a duplicate (a client's retry enqueued it again): its
+// done marker is not written yet, so the processor could not tell, and it
+// is only acknowledged. It returns every entry's job (nil for an entry
+// nobody can decode, which must never block the partition and is only
+// acknowledged).
+func (c *Consumer) processEntries(ctx, readCtx context.Context, p int, msgs []redis.XMessage, prev *inflightAck, log *zap.Logger) ([]*queuev1.DeliverJob, bool) {
 	decoded := make([]*queuev1.DeliverJob, len(msgs))
 	jobs := make([]*queuev1.DeliverJob, 0, len(msgs))
 	for i, msg := range msgs {
@@ -269,6 +341,12 @@ func (c *Consumer) handleEntries(ctx, readCtx context.Context, p int, msgs []red
 			continue
 		}
 		decoded[i] = job
+		if prev != nil && MarksDone(job) {
+			if _, dup := prev.msgIDs[job.GetMsgId()]; dup {
+				c.m.Jobs.WithLabelValues(metrics.ResultDuplicate).Inc()
+				continue
+			}
+		}
 		jobs = append(jobs, job)
 	}
 	bo := backoff.New(50*time.Millisecond, 2*time.Second)
@@ -280,7 +358,7 @@ func (c *Consumer) handleEntries(ctx, readCtx context.Context, p int, msgs []red
 		c.m.RedisErrors.Inc()
 		log.Warn("process batch, will retry", zap.String("first_entry_id", msgs[0].ID), zap.Int("jobs", len(jobs)), zap.Error(err))
 		if !bo.Sleep(readCtx) {
-			return false
+			return nil, false
 		}
 	}
 	for {
@@ -291,12 +369,10 @@ func (c *Consumer) handleEntries(ctx, readCtx context.Context, p int, msgs []red
 		}
 		log.Warn("failpoint before ack", zap.Error(err))
 		if !bo.Sleep(readCtx) {
-			return false
+			return nil, false
 		}
 	}
-	start := time.Now()
-	defer c.m.Since(metrics.StageAck, start)
-	return c.ack(ctx, p, msgs, decoded, log)
+	return decoded, true
 }
 
 // process hands the batch to the processor, whole when it takes batches.

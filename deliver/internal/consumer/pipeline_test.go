@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
@@ -161,5 +162,54 @@ func TestNextBatchIsReadWhileTheCurrentIsProcessedAndReleasedOnStop(t *testing.T
 	<-ran2
 	if got, want := fmt.Sprint(next.batches), "[[3 4] [5 6]]"; got != want {
 		t.Fatalf("next owner's batches %s, want %s", got, want)
+	}
+}
+
+// A MESSAGE job repeating one of the batch whose ack is still running (a
+// client's retry enqueued it again) is only acknowledged: its done marker
+// is not written yet, so the processor could not tell it was pushed. A
+// signal about the same msg_id and other jobs are processed as usual.
+func TestJobOfTheBatchBeingAckedIsADuplicate(t *testing.T) {
+	enc := func(j *queuev1.DeliverJob) redis.XMessage {
+		b, err := proto.Marshal(j)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return redis.XMessage{ID: fmt.Sprintf("1-%d", j.GetMsgId()), Values: map[string]any{queue.Field: string(b)}}
+	}
+	msgs := []redis.XMessage{
+		enc(&queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: 7}),
+		enc(&queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_SIGNAL, MsgId: 7, Command: 8}),
+		enc(&queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: 8}),
+	}
+	tests := []struct {
+		name string
+		prev *inflightAck
+		want [][]int64
+		dups float64
+	}{
+		{"no ack running", nil, [][]int64{{7, 7, 8}}, 0},
+		{"ack of a batch with msg 7 running", &inflightAck{msgIDs: map[int64]struct{}{7: {}}}, [][]int64{{7, 8}}, 1},
+		{"ack of a batch with other msgs running", &inflightAck{msgIDs: map[int64]struct{}{9: {}}}, [][]int64{{7, 7, 8}}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rec := &batchRecorder{}
+			m := metrics.New(prometheus.NewRegistry())
+			c := New(nil, Config{Name: "t"}, rec, zap.NewNop(), m)
+			decoded, ok := c.processEntries(context.Background(), context.Background(), 1, msgs, tt.prev, zap.NewNop())
+			if !ok {
+				t.Fatal("batch not processed")
+			}
+			if len(decoded) != len(msgs) {
+				t.Fatalf("%d decoded jobs for %d entries: every entry must be acknowledged", len(decoded), len(msgs))
+			}
+			if !reflect.DeepEqual(rec.batches, tt.want) {
+				t.Fatalf("processed %v, want %v", rec.batches, tt.want)
+			}
+			if got := testutil.ToFloat64(m.Jobs.WithLabelValues(metrics.ResultDuplicate)); got != tt.dups {
+				t.Fatalf("%v duplicates counted, want %v", got, tt.dups)
+			}
+		})
 	}
 }
