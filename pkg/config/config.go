@@ -223,7 +223,7 @@ type Logic struct {
 	GRPCAddr  string `mapstructure:"grpc_addr"`
 	AdminAddr string `mapstructure:"admin_addr"`
 	// MachineID is this process's MsgId machine id (0–1023), unique among
-	// running logic processes.
+	// running logic processes, or -1 to lease a free one from Redis.
 	MachineID int    `mapstructure:"machine_id"`
 	MySQL     MySQL  `mapstructure:"mysql"`
 	Redis     Redis  `mapstructure:"redis"`

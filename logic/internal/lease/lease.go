@@ -86,30 +86,17 @@ type Lease struct {
 // Acquire takes key. When someone else holds it, Acquire keeps trying for
 // up to opts.Wait and then fails with ErrHeld.
 func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, opts Options) (*Lease, error) {
-	if opts.TTL <= 0 {
-		return nil, fmt.Errorf("lease: TTL %v must be positive", opts.TTL)
+	l, err := newLease(rdb, key, opts)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Margin <= 0 {
-		opts.Margin = opts.TTL / 3
-	}
-	if opts.Margin >= opts.TTL {
-		return nil, fmt.Errorf("lease: margin %v must be below the TTL %v", opts.Margin, opts.TTL)
-	}
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return nil, fmt.Errorf("lease: token: %w", err)
-	}
-	l := &Lease{rdb: rdb, key: key, token: hex.EncodeToString(b[:]), opts: opts, base: time.Now(),
-		stop: make(chan struct{}), done: make(chan struct{})}
 	deadline := time.Now().Add(opts.Wait)
 	for {
-		sent := l.since()
-		ok, err := rdb.SetNX(ctx, key, l.token, opts.TTL).Result()
+		ok, err := l.take(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("lease: SET NX %s: %w", key, err)
+			return nil, err
 		}
 		if ok {
-			l.confirmed(sent)
 			break
 		}
 		if time.Now().After(deadline) {
@@ -123,6 +110,63 @@ func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, opts Op
 	}
 	go l.renew()
 	return l, nil
+}
+
+// AcquireFree takes the first free one of the keys keyOf(0) …
+// keyOf(n-1), trying each once from start on (wrapping), and returns it
+// with its index; ErrHeld when all are held. Processes that start at
+// different offsets seldom try the same key first.
+func AcquireFree(ctx context.Context, rdb redis.UniversalClient, keyOf func(int) string, n, start int, opts Options) (*Lease, int, error) {
+	if n <= 0 {
+		return nil, 0, fmt.Errorf("lease: %d keys to choose from", n)
+	}
+	for k := range n {
+		i := ((start+k)%n + n) % n
+		l, err := newLease(rdb, keyOf(i), opts)
+		if err != nil {
+			return nil, 0, err
+		}
+		ok, err := l.take(ctx)
+		if err != nil {
+			return nil, 0, err
+		}
+		if ok {
+			go l.renew()
+			return l, i, nil
+		}
+	}
+	return nil, 0, fmt.Errorf("%w: all %d keys from %s to %s", ErrHeld, n, keyOf(0), keyOf(n-1))
+}
+
+func newLease(rdb redis.UniversalClient, key string, opts Options) (*Lease, error) {
+	if opts.TTL <= 0 {
+		return nil, fmt.Errorf("lease: TTL %v must be positive", opts.TTL)
+	}
+	if opts.Margin <= 0 {
+		opts.Margin = opts.TTL / 3
+	}
+	if opts.Margin >= opts.TTL {
+		return nil, fmt.Errorf("lease: margin %v must be below the TTL %v", opts.Margin, opts.TTL)
+	}
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("lease: token: %w", err)
+	}
+	return &Lease{rdb: rdb, key: key, token: hex.EncodeToString(b[:]), opts: opts, base: time.Now(),
+		stop: make(chan struct{}), done: make(chan struct{})}, nil
+}
+
+// take tries SET NX once; true when the key is now ours.
+func (l *Lease) take(ctx context.Context) (bool, error) {
+	sent := l.since()
+	ok, err := l.rdb.SetNX(ctx, l.key, l.token, l.opts.TTL).Result()
+	if err != nil {
+		return false, fmt.Errorf("lease: SET NX %s: %w", l.key, err)
+	}
+	if ok {
+		l.confirmed(sent)
+	}
+	return ok, nil
 }
 
 // Key returns the leased key.

@@ -3,6 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 	"time"
 
@@ -230,5 +231,53 @@ func TestFloorAfterMsIsTheLastIDOfItsMillisecond(t *testing.T) {
 	}
 	if got := lease.FloorAfterMs(msgid.Epoch.UnixMilli() - 1); got != 0 {
 		t.Errorf("floor before the epoch %d, want 0", got)
+	}
+}
+
+// AcquireFree takes the first key not held, from its start index on and
+// wrapping, and refuses when every key is held.
+func TestAcquireFreeTakesTheFirstKeyNotHeldFromItsStart(t *testing.T) {
+	rdb := testenv.RedisDB(t, testredis.LeaseDB)
+	ctx := context.Background()
+	prefix := testenv.RandomName("im:test:leasefree:")
+	keyOf := func(i int) string { return prefix + ":" + strconv.Itoa(i) }
+	t.Cleanup(func() {
+		for i := range 4 {
+			rdb.Del(context.Background(), keyOf(i))
+		}
+	})
+	tests := []struct {
+		name    string
+		held    []int
+		start   int
+		want    int
+		wantErr error
+	}{
+		{"start free", nil, 2, 2, nil},
+		{"skips held ones", []int{1, 2}, 1, 3, nil},
+		{"wraps past the end", []int{3}, 3, 0, nil},
+		{"negative start wraps too", []int{}, -1, 3, nil},
+		{"all held", []int{0, 1, 2, 3}, 0, 0, lease.ErrHeld},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for i := range 4 {
+				rdb.Del(ctx, keyOf(i))
+			}
+			for _, i := range tt.held {
+				rdb.Set(ctx, keyOf(i), "other", time.Minute)
+			}
+			l, got, err := lease.AcquireFree(ctx, rdb, keyOf, 4, tt.start, lease.Options{TTL: time.Second})
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			defer l.Release(ctx)
+			if got != tt.want || l.Key() != keyOf(tt.want) || l.Check() != nil {
+				t.Fatalf("took %d (%s, check %v), want %d", got, l.Key(), l.Check(), tt.want)
+			}
+		})
 	}
 }

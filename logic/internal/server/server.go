@@ -7,7 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -60,6 +62,11 @@ const (
 	kickTimeout        = 3 * time.Second
 )
 
+// AutoMachineID as logic.machine_id makes logic lease the first free
+// machine id from Redis (trying from a random one), so identical replicas
+// need no id of their own.
+const AutoMachineID = -1
+
 // Run serves until ctx ends (SIGTERM), then shuts down gracefully. It
 // returns an error when the process could not start or lost its MsgId
 // machine lease.
@@ -71,8 +78,8 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		return err
 	}
 	lc := cfg.Logic
-	if lc.MachineID < 0 || lc.MachineID > msgid.MaxMachineID {
-		return fmt.Errorf("logic.machine_id %d outside 0..%d", lc.MachineID, msgid.MaxMachineID)
+	if lc.MachineID != AutoMachineID && (lc.MachineID < 0 || lc.MachineID > msgid.MaxMachineID) {
+		return fmt.Errorf("logic.machine_id %d outside 0..%d (or %d: lease a free one)", lc.MachineID, msgid.MaxMachineID, AutoMachineID)
 	}
 
 	reg := prometheus.NewRegistry()
@@ -125,28 +132,46 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	var (
 		ml    *lease.Lease
 		floor lease.Floor
+		// machine is the id the lease is for, stored before OnRetake can
+		// run (a renewal, MachineLeaseTTL/5 later) and read there.
+		machine atomic.Int64
 	)
+	opts := lease.Options{
+		TTL: MachineLeaseTTL, Margin: MachineLeaseMargin,
+		OnLost: func(err error) {
+			select {
+			case fatal <- err:
+			default:
+			}
+		},
+		OnRetake: func(ctx context.Context) error {
+			id := int(machine.Load())
+			mark, err := hw.LoadHighWater(ctx, id)
+			if err != nil {
+				return fmt.Errorf("high-water mark after retaking the machine lease: %w", err)
+			}
+			floor.RaiseToMs(mark)
+			log.Warn("msgid machine lease had expired and was taken again; ids continue above its high-water mark",
+				zap.Int("machine_id", id), zap.Int64("high_water_ms", mark))
+			return nil
+		},
+	}
 	if err := retry(ctx, log, "msgid machine lease", func(context.Context) error {
+		if lc.MachineID == AutoMachineID {
+			// Every id held is worth waiting for: one frees up when its
+			// logic stops or its lease expires.
+			l, id, err := lease.AcquireFree(ctx, rdb, rediskey.MachineLease, msgid.MaxMachineID+1, rand.IntN(msgid.MaxMachineID+1), opts)
+			if err == nil {
+				machine.Store(int64(id))
+				ml = l
+			}
+			return err
+		}
+		machine.Store(int64(lc.MachineID))
+		o := opts
+		o.Wait = MachineLeaseTTL + time.Second
 		var err error
-		ml, err = lease.Acquire(ctx, rdb, rediskey.MachineLease(lc.MachineID), lease.Options{
-			TTL: MachineLeaseTTL, Margin: MachineLeaseMargin, Wait: MachineLeaseTTL + time.Second,
-			OnLost: func(err error) {
-				select {
-				case fatal <- err:
-				default:
-				}
-			},
-			OnRetake: func(ctx context.Context) error {
-				mark, err := hw.LoadHighWater(ctx, lc.MachineID)
-				if err != nil {
-					return fmt.Errorf("high-water mark after retaking the machine lease: %w", err)
-				}
-				floor.RaiseToMs(mark)
-				log.Warn("msgid machine lease had expired and was taken again; ids continue above its high-water mark",
-					zap.Int("machine_id", lc.MachineID), zap.Int64("high_water_ms", mark))
-				return nil
-			},
-		})
+		ml, err = lease.Acquire(ctx, rdb, rediskey.MachineLease(lc.MachineID), o)
 		if errors.Is(err, lease.ErrHeld) {
 			return backoffStop{err}
 		}
@@ -158,6 +183,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		}
 		return err
 	}
+	machineID := int(machine.Load())
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		if err := ml.Release(cctx); err != nil {
@@ -165,7 +191,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		}
 		cancel()
 	}()
-	gen, err := msgid.New(ctx, msgid.Settings{MachineID: lc.MachineID, Store: hw})
+	gen, err := msgid.New(ctx, msgid.Settings{MachineID: machineID, Store: hw})
 	if err != nil {
 		return err
 	}
@@ -241,7 +267,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- gs.Serve(ln) }()
 	log.Info("ready to serve", zap.String("grpc", ln.Addr().String()), zap.String("admin", adm.Addr()),
-		zap.Int("machine_id", lc.MachineID))
+		zap.Int("machine_id", machineID))
 
 	var runErr error
 	select {
