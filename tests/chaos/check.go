@@ -17,6 +17,7 @@ const (
 	CheckDuplicate        = "duplicate-after-dedup"
 	CheckOwnPush          = "no-push-to-sending-device"
 	CheckDeviceList       = "final-sync-equals-mysql"
+	CheckSyncList         = "sync-list-equals-mysql"
 	CheckRecallStored     = "recall-stored"
 	CheckDeleteStored     = "delete-stored"
 	CheckUnread           = "unread-equals-truth"
@@ -36,7 +37,7 @@ type Stats struct {
 	Pushes, SyncedMessages                            int
 	Recalls, Deletes, Reads                           int
 	Connects, Faults                                  int
-	DevicesChecked, UsersChecked                      int
+	DevicesChecked, UsersChecked, SyncListsChecked    int
 	CalmAcked, CalmSteadyDevices, CalmPushesExpected  int
 }
 
@@ -72,8 +73,8 @@ func (v Verdict) String() string {
 		s.Sends, s.Acked, s.Uncertain, s.UncertainStored, s.Refused, s.Resends, s.Stored)
 	fmt.Fprintf(&b, "pushes %d, synced messages %d, recalls %d, deletes %d, reads %d, sign-ins %d, faults %d\n",
 		s.Pushes, s.SyncedMessages, s.Recalls, s.Deletes, s.Reads, s.Connects, s.Faults)
-	fmt.Fprintf(&b, "checked %d devices' final lists and %d users' conversation lists; calm phase: %d acked, %d steady devices, %d pushes expected\n",
-		s.DevicesChecked, s.UsersChecked, s.CalmAcked, s.CalmSteadyDevices, s.CalmPushesExpected)
+	fmt.Fprintf(&b, "checked %d devices' final lists, %d of their SYNC_MESSAGES histories and %d users' conversation lists; calm phase: %d acked, %d steady devices, %d pushes expected\n",
+		s.DevicesChecked, s.SyncListsChecked, s.UsersChecked, s.CalmAcked, s.CalmSteadyDevices, s.CalmPushesExpected)
 	names := make([]string, 0, len(v.Failures))
 	for n := range v.Failures {
 		names = append(names, n)
@@ -195,6 +196,7 @@ func Check(events []Event, truth Truth) Verdict {
 	steady := map[string]bool{}
 	ended := map[string]bool{}
 	inbox := map[int64]map[int64]Event{}
+	finalLists := map[string]map[int64]Event{}
 	inboxDone := map[int64]bool{}
 	var pushes []Event
 	type ackRef struct {
@@ -297,6 +299,11 @@ func Check(events []Event, truth Truth) Verdict {
 			inbox[e.User][e.Conv] = e
 		case KindInboxDone:
 			inboxDone[e.User] = true
+		case KindFinalList:
+			if finalLists[e.Device] == nil {
+				finalLists[e.Device] = map[int64]Event{}
+			}
+			finalLists[e.Device][e.Conv] = e
 		}
 	}
 
@@ -400,6 +407,31 @@ func Check(events []Event, truth Truth) Verdict {
 			sort.Slice(got, func(i, j int) bool { return got[i] < got[j] })
 			if d := diffList(r, want, got); d != "" {
 				v.fail(CheckDeviceList, "device %s of user %d, conversation %d: %s", dev, uid, cid, d)
+			}
+		}
+	}
+
+	// Each device's SYNC_MESSAGES pages from 0 of every conversation
+	// of its user, at the end: MySQL's messages without the user's
+	// deletions, in id order, recalled ones as tombstones.
+	for _, dev := range devs {
+		uid := devUser[dev]
+		for _, cid := range convsOf[uid] {
+			want := truth.VisibleList(uid, cid)
+			e, ok := finalLists[dev][cid]
+			if !ok {
+				if len(want) > 0 {
+					v.fail(CheckSyncList, "device %s of user %d: no final SYNC_MESSAGES of conversation %d (%d messages)", dev, uid, cid, len(want))
+				}
+				continue
+			}
+			if e.Err != "" {
+				v.fail(CheckSyncList, "device %s, conversation %d: %s", dev, cid, e.Err)
+				continue
+			}
+			s.SyncListsChecked++
+			if d := ListDigest(want); e.Detail != d || e.Conn != len(want) {
+				v.fail(CheckSyncList, "device %s, conversation %d: SYNC_MESSAGES from 0 gave %d messages (digest %s), MySQL %d (digest %s)", dev, cid, e.Conn, e.Detail, len(want), d)
 			}
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
@@ -247,4 +248,24 @@ func (d *device) send(ctx context.Context, sr sendReq) (string, protocol.SendAck
 func textContent(dev string, n int) json.RawMessage {
 	b, _ := json.Marshal(map[string]any{"t": 1, "text": fmt.Sprintf("%s#%d", dev, n)})
 	return b
+}
+
+// conversations lists the conversations the device knows of: its sync
+// state's list and any it learned of by push or its own sends.
+func (d *device) conversations() []int64 {
+	seen := map[int64]bool{}
+	for _, c := range d.runner.Conversations() {
+		seen[c.ConversationID.Int64()] = true
+	}
+	d.mu.Lock()
+	for cid := range d.convs {
+		seen[cid] = true
+	}
+	d.mu.Unlock()
+	out := make([]int64, 0, len(seen))
+	for cid := range seen {
+		out = append(out, cid)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
 }

@@ -55,6 +55,10 @@ const (
 	// KindDeviceEnd is written for a device whose final sync succeeded:
 	// its messages must equal MySQL's.
 	KindDeviceEnd = "device_end"
+	// KindFinalList is a conversation's whole history as SYNC_MESSAGES
+	// pages it from 0 to a device at the end: Conn counts the messages
+	// and Detail is ListDigest of them, which must equal MySQL's.
+	KindFinalList = "final_list"
 	// KindInbox is one conversation of a user's final SYNC_INBOX from
 	// cursor "0": its last_msg_id, unread and preview as the server says.
 	KindInbox = "inbox"

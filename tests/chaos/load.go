@@ -80,13 +80,15 @@ func (s *slot) pickOp() string {
 	return "sync"
 }
 
-// run performs random operations until ctx ends, pausing between them.
-func (s *slot) run(ctx context.Context, w *world, minGap, maxGap time.Duration, sendsOnly bool) {
+// run performs random operations until stop ends, pausing between them.
+// Each operation runs under ctx, not stop, so the last one finishes with
+// its answer instead of being cut off into an uncertain one.
+func (s *slot) run(ctx, stop context.Context, w *world, minGap, maxGap time.Duration, sendsOnly bool) {
 	for {
 		gap := minGap + time.Duration(s.rng.Int64N(int64(maxGap-minGap)+1))
 		t := time.NewTimer(gap)
 		select {
-		case <-ctx.Done():
+		case <-stop.Done():
 			t.Stop()
 			return
 		case <-t.C:

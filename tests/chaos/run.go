@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sparkim/spark/client"
+	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/tests/framework"
 )
@@ -157,7 +158,7 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.run(loadCtx, w, 150*time.Millisecond, 650*time.Millisecond, false)
+			s.run(ctx, loadCtx, w, 150*time.Millisecond, 650*time.Millisecond, false)
 		}()
 	}
 	f := &faults{c: c, hist: hist, rng: rand.New(rand.NewPCG(cfg.Seed+1, cfg.Seed)), logf: cfg.Logf,
@@ -219,7 +220,7 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s.run(calmCtx, w, 300*time.Millisecond, 900*time.Millisecond, true)
+			s.run(ctx, calmCtx, w, 300*time.Millisecond, 900*time.Millisecond, true)
 		}()
 	}
 	wg.Wait()
@@ -257,6 +258,15 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 			sleepCtx(ctx, time.Second)
 		}
 		return 1
+	})
+	forSlots(slots, func(s *slot) int {
+		d := s.device()
+		for _, cid := range d.conversations() {
+			if err := finalList(ctx, d, cid, hist); err != nil {
+				cfg.Logf("final list of %s in %d: %v", d.id, cid, err)
+			}
+		}
+		return 0
 	})
 	hist.Add(Event{Kind: KindPhase, Detail: PhaseFinalInbox})
 	for _, s := range slots {
@@ -455,4 +465,39 @@ func finalInbox(ctx context.Context, d *device, hist *History) error {
 		sleepCtx(ctx, time.Second)
 	}
 	return errors.Join(fmt.Errorf("chaos: final inbox of %s", d.id), last)
+}
+
+// finalList pages a conversation's whole history from 0 and records its
+// count and digest; ids must ascend strictly.
+func finalList(ctx context.Context, d *device, cid int64, hist *History) error {
+	var last error
+	for attempt := 0; attempt < 5; attempt++ {
+		lctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		c, err := d.conn(lctx)
+		if err == nil {
+			var msgs []protocol.Message
+			msgs, _, err = client.History(lctx, c, cid, 0, 200)
+			if err == nil {
+				cancel()
+				e := Event{Kind: KindFinalList, Device: d.id, User: d.user, Conv: cid, Conn: len(msgs)}
+				entries := make([]ListEntry, len(msgs))
+				for i, m := range msgs {
+					if i > 0 && m.MsgID <= msgs[i-1].MsgID {
+						e.Err = fmt.Sprintf("msg_id %d after %d: not ascending", m.MsgID, msgs[i-1].MsgID)
+					}
+					entries[i] = ListEntry{ID: m.MsgID.Int64(), Recalled: m.Status == 2}
+					if !entries[i].Recalled {
+						entries[i].Content = canonical(string(m.Content))
+					}
+				}
+				e.Detail = ListDigest(entries)
+				hist.Add(e)
+				return nil
+			}
+		}
+		cancel()
+		last = err
+		sleepCtx(ctx, time.Second)
+	}
+	return last
 }

@@ -2,7 +2,9 @@ package chaos
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -205,4 +207,40 @@ func canonical(s string) string {
 		return s
 	}
 	return string(b)
+}
+
+// ListEntry is one message of a conversation as a list shows it.
+type ListEntry struct {
+	ID       int64
+	Recalled bool
+	// Content is canonical; empty for a recalled message.
+	Content string
+}
+
+// ListDigest condenses a conversation's messages, in the order given,
+// into a short string that differs when any id, its order, its recall
+// state or its content differs.
+func ListDigest(entries []ListEntry) string {
+	h := sha256.New()
+	for _, e := range entries {
+		if e.Recalled {
+			fmt.Fprintf(h, "%d:r;", e.ID)
+		} else {
+			fmt.Fprintf(h, "%d:%s;", e.ID, e.Content)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:12])
+}
+
+// VisibleList is Visible as ListEntries.
+func (t Truth) VisibleList(uid, cid int64) []ListEntry {
+	v := t.Visible(uid, cid)
+	out := make([]ListEntry, len(v))
+	for i, m := range v {
+		out[i] = ListEntry{ID: m.ID, Recalled: m.Status != 1}
+		if !out[i].Recalled {
+			out[i].Content = m.Content
+		}
+	}
+	return out
 }
