@@ -58,7 +58,9 @@ e2e-cluster: services test-deps build-failpoints
 # FAIL it. Verdicts and histories land in .run/artifacts/chaos/.
 chaos: services build-failpoints
 	$(GO) vet -tags chaos ./tests/chaos
-	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -tags chaos -timeout 25m -run 'TestChaos' ./tests/chaos
+	rm -f $${SPARK_ARTIFACTS_DIR:-.run/artifacts}/chaos/*/verdict.txt
+	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -tags chaos -timeout 25m -run 'TestChaos' ./tests/chaos; \
+	status=$$?; for f in $${SPARK_ARTIFACTS_DIR:-.run/artifacts}/chaos/*/verdict.txt; do echo "== $$f"; cat "$$f"; done; exit $$status
 
 test: vet unit e2e chaos
 
