@@ -291,6 +291,10 @@ func Check(events []Event, truth Truth) Verdict {
 		case KindSteady:
 			steady[e.Device] = true
 		case KindDeviceEnd:
+			if e.Err != "" {
+				v.fail(CheckCoverage, "device %s could not finish its final sync: %s", e.Device, e.Err)
+				continue
+			}
 			ended[e.Device] = true
 		case KindInbox:
 			if inbox[e.User] == nil {
@@ -298,6 +302,10 @@ func Check(events []Event, truth Truth) Verdict {
 			}
 			inbox[e.User][e.Conv] = e
 		case KindInboxDone:
+			if e.Err != "" {
+				v.fail(CheckCoverage, "user %d: the final SYNC_INBOX failed: %s", e.User, e.Err)
+				continue
+			}
 			inboxDone[e.User] = true
 		case KindFinalList:
 			if finalLists[e.Device] == nil {

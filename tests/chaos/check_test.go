@@ -206,6 +206,9 @@ func TestCheckFailsExactlyTheBrokenInvariant(t *testing.T) {
 		{"a msg_id MySQL does not hold", func(ev []Event, tr Truth) ([]Event, Truth) {
 			return with(ev, Event{T: 1500, Kind: KindPush, Device: "d2", User: 2, Msg: 777, Conv: 10, Sender: 1, CMID: "c9", Content: contentA}), tr
 		}, []string{CheckMsgIDUnique, CheckDeviceList}},
+		{"a device that cannot finish its final sync", func(ev []Event, tr Truth) ([]Event, Truth) {
+			return append(ev, Event{T: 2004, Kind: KindDeviceEnd, Device: "d3", User: 1, Err: "client: request timed out"}), tr
+		}, []string{CheckCoverage}},
 		{"a run that checked nothing", func(ev []Event, tr Truth) ([]Event, Truth) {
 			return nil, tr
 		}, []string{CheckCoverage, CheckPhantom}},

@@ -246,9 +246,10 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 	hist.Add(Event{Kind: KindPhase, Detail: PhaseFinalSync})
 	forSlots(slots, func(s *slot) int {
 		d := s.device()
+		var err error
 		for attempt := 0; attempt < 5; attempt++ {
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			err := d.sync(sctx)
+			err = d.sync(sctx)
 			cancel()
 			if err == nil {
 				hist.Add(Event{Kind: KindDeviceEnd, Device: d.id, User: d.user})
@@ -257,6 +258,9 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 			cfg.Logf("final sync of %s: %v", d.id, err)
 			sleepCtx(ctx, time.Second)
 		}
+		// With everything running again, a device that cannot sync is a
+		// failure of the system, not of the run.
+		hist.Add(Event{Kind: KindDeviceEnd, Device: d.id, User: d.user, Err: err.Error()})
 		return 1
 	})
 	forSlots(slots, func(s *slot) int {
@@ -275,6 +279,7 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 		}
 		if err := finalInbox(ctx, s.device(), hist); err != nil {
 			cfg.Logf("final inbox of user %d: %v", s.user, err)
+			hist.Add(Event{Kind: KindInboxDone, Device: s.device().id, User: s.user, Err: err.Error()})
 		}
 	}
 	hist.Add(Event{Kind: KindPhase, Detail: PhaseDone})
