@@ -40,8 +40,8 @@ func TestLogicSIGTERMUnderLoadFinishesInFlightSendsReleasesItsLeaseAndLosesNothi
 		t.Fatalf("logic-1 after SIGTERM: %v\n%s", err, stopping.Tail(30))
 	}
 	took := time.Since(start)
-	if took > drainBound+2*time.Second || took < hold/2 {
-		t.Fatalf("logic-1 exited %v after SIGTERM, want after its held sends (%v) and within the drain bound %v", took, hold, drainBound)
+	if took > drainBound+2*time.Second {
+		t.Fatalf("logic-1 exited %v after SIGTERM, want within the drain bound %v and a little", took, drainBound)
 	}
 	r := c.Redis.Client()
 	defer r.Close()
@@ -50,12 +50,16 @@ func TestLogicSIGTERMUnderLoadFinishesInFlightSendsReleasesItsLeaseAndLosesNothi
 	}
 	time.Sleep(3 * time.Second) // the load goes on through logic-2
 	l.finish()
-	if total := l.check(t, ctx, false); total < 300 {
-		t.Fatalf("only %d messages acked: the load was not steady", total)
+	l.requireSteady(t, l.check(t, ctx, false), start)
+	// The sends held on logic-1 when SIGTERM came were answered with
+	// their SEND_ACK, not cut off.
+	inflight := l.ackedAcross(start)
+	if inflight == 0 {
+		t.Fatalf("no send in flight at SIGTERM was acked (logic-1 held its sends %v after their commit)", hold)
 	}
 	if w := l.slowest(); w > drainBound {
 		t.Fatalf("a send waited %v for its answer, above the drain bound %v", w, drainBound)
 	}
-	t.Logf("logic-1 exited 0 %v after SIGTERM and released its lease; the slowest answer to a send took %v",
-		took.Round(time.Millisecond), l.slowest().Round(time.Millisecond))
+	t.Logf("logic-1 exited 0 %v after SIGTERM and released its lease; %d sends in flight then were acked; the slowest answer to a send took %v",
+		took.Round(time.Millisecond), inflight, l.slowest().Round(time.Millisecond))
 }
