@@ -21,7 +21,11 @@ type Options struct {
 // (more than one address, or cluster: true), else a Client. A cluster
 // with a non-zero DB is refused, since cluster nodes have only DB 0.
 // Pool sizes are per server, so on a cluster each master gets PoolSize
-// connections. Open does not dial; the first command does.
+// connections. Open does not dial; the first command does. Commands end
+// at their context's deadline even on a server that accepts and never
+// answers (a hung or partitioned Redis), so a caller's budget holds during
+// an outage (docs/decisions.md 72); go-redis otherwise waits its own 3 s
+// read timeout, and retries.
 func Open(cfg config.Redis, o Options) (redis.UniversalClient, error) {
 	section := "redis"
 	if err := cfg.Validate(section); err != nil {
@@ -33,6 +37,8 @@ func Open(cfg config.Redis, o Options) (redis.UniversalClient, error) {
 			Password:     cfg.Password,
 			PoolSize:     cfg.PoolSize,
 			MinIdleConns: o.MinIdleConns,
+
+			ContextTimeoutEnabled: true,
 		}), nil
 	}
 	return redis.NewClient(&redis.Options{
@@ -41,5 +47,7 @@ func Open(cfg config.Redis, o Options) (redis.UniversalClient, error) {
 		DB:           cfg.DB,
 		PoolSize:     cfg.PoolSize,
 		MinIdleConns: o.MinIdleConns,
+
+		ContextTimeoutEnabled: true,
 	}), nil
 }

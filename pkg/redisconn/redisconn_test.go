@@ -3,6 +3,7 @@ package redisconn
 import (
 	"context"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -86,6 +87,72 @@ func TestOpenReachesKeysOnEveryClusterMasterAndASingleServer(t *testing.T) {
 				}
 				if v, err := c.Get(ctx, k).Int(); err != nil || v != i {
 					t.Fatalf("GET %s = %d, %v; want %d", k, v, err, i)
+				}
+			}
+		})
+	}
+}
+
+// hungRedis returns the address of a server that accepts connections and
+// never answers, as a hung or partitioned Redis does.
+func hungRedis(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	t.Cleanup(func() {
+		_ = ln.Close()
+		<-done
+		for _, c := range held {
+			_ = c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A command to a Redis that never answers ends at its context's deadline,
+// not after go-redis's own read timeouts and retries: logic's enqueue
+// budget relies on it (docs/decisions.md 72).
+func TestOpenedClientEndsCommandsAtTheDeadlineWhenRedisHangs(t *testing.T) {
+	const deadline, slack = 300 * time.Millisecond, 700 * time.Millisecond
+	tests := []struct {
+		name string
+		cfg  func(t *testing.T) config.Redis
+	}{
+		{"single server", func(t *testing.T) config.Redis { return config.Redis{Addr: hungRedis(t)} }},
+		{"cluster", func(t *testing.T) config.Redis { return config.Redis{Addrs: []string{hungRedis(t), hungRedis(t)}} }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := Open(tt.cfg(t), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			for i := range 2 { // the first dials, the second reuses the pool
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
+				start := time.Now()
+				err := c.XAdd(ctx, &redis.XAddArgs{Stream: "im:test:redisconn:hung", Values: []any{"f", "v"}}).Err()
+				took := time.Since(start)
+				cancel()
+				if err == nil {
+					t.Fatalf("command %d: a server that never answers answered", i)
+				}
+				if took > deadline+slack {
+					t.Fatalf("command %d returned after %v (%v), want by the %v deadline", i, took, err, deadline)
 				}
 			}
 		})
