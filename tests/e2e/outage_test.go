@@ -22,9 +22,10 @@ const (
 	// SEND_ACK or 50301, while MySQL or Redis is stopped.
 	outageAnswerBound = 3 * time.Second
 	// outageHungAnswerBound is the longest a SEND may wait while MySQL
-	// hangs: the gate's request_timeout, after which the gate answers
-	// 50301 itself (logic answers at its own 8 s first).
-	outageHungAnswerBound = 10 * time.Second
+	// hangs: the gate's request_timeout (10 s) and its 250 ms check tick,
+	// after which the gate answers 50301 itself (logic answers at its own
+	// 8 s first).
+	outageHungAnswerBound = 10*time.Second + 500*time.Millisecond
 	// outageHeartbeatBound is the longest a HEARTBEAT may wait: the gate
 	// answers it itself, so neither store may slow it.
 	outageHeartbeatBound = time.Second

@@ -64,9 +64,9 @@ func TestSendWithRedisDownAnswersBusyWithinTheEnqueueBudget(t *testing.T) {
 	e.lease(t, 62)
 	for _, mode := range []string{"refused", "hung"} {
 		t.Run(mode, func(t *testing.T) {
-			// go-redis's defaults but for ContextTimeoutEnabled, without
-			// which it ignores the deadline on a connection that never
-			// answers (decision 72).
+			// As pkg/redisconn builds it: go-redis's defaults but for
+			// ContextTimeoutEnabled, without which it ignores the deadline
+			// on a connection that never answers (decision 72).
 			rdb := redis.NewClient(&redis.Options{Addr: deadRedisAddr(t, mode), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
 			svc := message.New(e.st, rdb, g, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 3, Partitions: partitions}, nil, e.metrics)
