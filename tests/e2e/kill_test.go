@@ -32,7 +32,6 @@ type killDevice struct {
 	to       map[string]int64     // client_msg_id → recipient user, 0 for the group
 	resends  int                  // sends tried again with the same client_msg_id
 	slowest  time.Duration        // the longest wait for one answer (ack or error)
-	sentAt   map[string]time.Time // client_msg_id → first attempt
 	ackedAt  map[string]time.Time // client_msg_id → its ack
 	attempts []sendAttempt        // every Session.Send, in order
 }
@@ -40,7 +39,7 @@ type killDevice struct {
 func startKillDevice(t *testing.T, c *framework.Cluster, userID int64, addrs []string) *killDevice {
 	t.Helper()
 	d := &killDevice{userID: userID, pushed: map[int64]int{}, synced: map[int64]bool{},
-		acked: map[string]int64{}, to: map[string]int64{}, sentAt: map[string]time.Time{}, ackedAt: map[string]time.Time{}}
+		acked: map[string]int64{}, to: map[string]int64{}, ackedAt: map[string]time.Time{}}
 	r, err := client.NewSyncRunner(context.Background(), client.FileStateStore{Path: filepath.Join(t.TempDir(), "state.json")}, userID, "d", client.SyncRunnerOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -110,9 +109,6 @@ func (d *killDevice) sendSteadily(t *testing.T, peer, gid int64, interval time.D
 		if peer == 0 {
 			req = sendToGroup(gid, id, text(t, id))
 		}
-		d.mu.Lock()
-		d.sentAt[id] = time.Now()
-		d.mu.Unlock()
 		deadline := time.Now().Add(60 * time.Second)
 		for attempt := 0; ; attempt++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
@@ -207,7 +203,8 @@ func (l *killLoad) finish() {
 	l.wg.Wait()
 }
 
-// recipients of a message a device acked under client_msg_id id.
+// recipients are the users a message of d reaches: peer, or for a
+// group message (peer 0) every other member.
 func (l *killLoad) recipients(d *killDevice, peer int64) []int64 {
 	if peer != 0 {
 		return []int64{peer}
