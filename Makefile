@@ -57,7 +57,7 @@ e2e-cluster: services test-deps build-failpoints
 # processes are killed and Redis and MySQL stop, which must PASS the
 # checker; then a shorter run with a deliver that drops a job, which must
 # FAIL it. Verdicts and histories land in .run/artifacts/chaos/.
-chaos: services build-failpoints
+chaos: services test-deps build-failpoints
 	$(GO) vet -tags chaos ./tests/chaos
 	rm -f $${SPARK_ARTIFACTS_DIR:-.run/artifacts}/chaos/*/verdict.txt
 	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -tags chaos -timeout 25m -run 'TestChaos' ./tests/chaos; \

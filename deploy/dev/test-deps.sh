@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes sure what the end-to-end tests drive besides the Go binaries is
 # here: Nginx with its stream module (the SNI front test), Chromium (the
-# browser SDK test) and the SDK's npm packages. Missing system packages are
+# browser SDK test), the SDK's npm packages, and the MariaDB and Redis
+# servers the tests run privately. Missing system packages are
 # installed with apt-get when the user is root; otherwise it says what to
 # install and fails, so a test never skips for want of a dependency.
 set -euo pipefail
@@ -16,6 +17,12 @@ command -v nginx >/dev/null 2>&1 || missing="$missing nginx"
 [ -e /usr/lib/nginx/modules/ngx_stream_module.so ] || nginx -V 2>&1 | grep -q -- '--with-stream\b' || missing="$missing libnginx-mod-stream"
 command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ] || missing="$missing chromium"
 command -v npm >/dev/null 2>&1 || missing="$missing npm"
+# The outage tests and the chaos runner stop and start a private mariadbd
+# and redis-servers (a 3-master cluster too), whatever MySQL and Redis
+# `make services` found.
+command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing="$missing mariadb-server"
+command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then
