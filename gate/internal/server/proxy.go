@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sparkim/spark/pkg/config"
+
 	"github.com/cloudwego/netpoll"
 
 	"github.com/sparkim/spark/gate/internal/proxyproto"
@@ -28,18 +30,15 @@ type proxyPolicy struct {
 	listeners map[carrier]bool
 }
 
-// newProxyPolicy parses gate.proxy_trusted_cidrs and
+// newProxyPolicy takes the parsed gate.proxy_trusted_cidrs (shared with
+// the WebSocket real-IP header, see newTrustedPeers) and parses
 // gate.proxy_protocol_listeners. The PROXY stage without trusted peers
-// would refuse every connection, so an empty list is a configuration
+// would refuse every connection, so an empty set is a configuration
 // error.
-func newProxyPolicy(cidrs []string, timeout time.Duration, listeners []string) (*proxyPolicy, error) {
+func newProxyPolicy(trusted peerSet, timeout time.Duration, listeners []string) (*proxyPolicy, error) {
 	p := &proxyPolicy{timeout: timeout}
 	if p.timeout <= 0 {
 		p.timeout = defaultProxyHeaderTimeout
-	}
-	trusted, err := parsePeerSet(cidrs)
-	if err != nil {
-		return nil, err
 	}
 	if len(trusted) == 0 {
 		return nil, errors.New("server: gate.proxy_protocol is on but gate.proxy_trusted_cidrs is empty")
@@ -71,6 +70,17 @@ func (p *proxyPolicy) trusts(addr net.Addr) bool { return p.trusted.contains(add
 // peerSet is a list of trusted networks: the balancers and proxies whose
 // word on a client's address the gate believes.
 type peerSet []netip.Prefix
+
+// newTrustedPeers parses gate.proxy_trusted_cidrs once for both policies
+// that believe a proxy's word on the client's address (the PROXY header
+// and the WebSocket real-IP header). The list is parsed only when one of
+// them is on, so a stale entry in an unused list does not stop the gate.
+func newTrustedPeers(cfg *config.Gate) (peerSet, error) {
+	if !cfg.ProxyProtocol && cfg.WSRealIPHeader == "" {
+		return nil, nil
+	}
+	return parsePeerSet(cfg.ProxyTrustedCIDRs)
+}
 
 // parsePeerSet parses CIDRs; a bare address means that one host.
 func parsePeerSet(cidrs []string) (peerSet, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -185,11 +186,15 @@ func TestProxyConfig(t *testing.T) {
 		{[]string{"10.0.0.0/8"}, []string{"tcp", "tls", "ws", "wss"}, true},
 		{[]string{"10.0.0.0/8"}, []string{"http"}, false},
 	} {
-		if _, err := newProxyPolicy(tc.cidrs, 0, tc.listeners); (err == nil) != tc.ok {
+		trusted, err := parsePeerSet(tc.cidrs)
+		if err == nil {
+			_, err = newProxyPolicy(trusted, 0, tc.listeners)
+		}
+		if (err == nil) != tc.ok {
 			t.Errorf("cidrs %q listeners %q: err %v, want ok=%v", tc.cidrs, tc.listeners, err, tc.ok)
 		}
 	}
-	some, err := newProxyPolicy([]string{"10.0.0.0/8"}, 0, []string{"tls"})
+	some, err := newProxyPolicy(mustPeerSet(t, "10.0.0.0/8"), 0, []string{"tls"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +207,7 @@ func TestProxyConfig(t *testing.T) {
 	if off.on(carrierTCP) {
 		t.Error("a nil policy (PROXY off) expects headers")
 	}
-	p, err := newProxyPolicy([]string{"10.0.0.0/8", "127.0.0.1"}, 0, nil)
+	p, err := newProxyPolicy(mustPeerSet(t, "10.0.0.0/8", "127.0.0.1"), 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,5 +216,41 @@ func TestProxyConfig(t *testing.T) {
 		if got := p.trusts(a); got != want {
 			t.Errorf("trusts(%s) = %v, want %v", addr, got, want)
 		}
+	}
+}
+
+func mustPeerSet(t *testing.T, cidrs ...string) peerSet {
+	t.Helper()
+	set, err := parsePeerSet(cidrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// gate.proxy_trusted_cidrs is parsed once for both the PROXY header and the
+// WebSocket real-IP header, and only when one of them uses it.
+func TestTrustedPeersParsedOnlyWhenAProxyPolicyUsesThem(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		cfg     config.Gate
+		wantLen int
+		ok      bool
+	}{
+		{"neither policy on, bad entry ignored", config.Gate{ProxyTrustedCIDRs: []string{"not-an-ip"}}, 0, true},
+		{"PROXY on", config.Gate{ProxyProtocol: true, ProxyTrustedCIDRs: []string{"10.0.0.0/8", "127.0.0.1"}}, 2, true},
+		{"PROXY on, bad entry", config.Gate{ProxyProtocol: true, ProxyTrustedCIDRs: []string{"10.0.0.0/33"}}, 0, false},
+		{"real-IP header on", config.Gate{WSRealIPHeader: "X-Real-IP", ProxyTrustedCIDRs: []string{"::1"}}, 1, true},
+		{"real-IP header on, bad entry", config.Gate{WSRealIPHeader: "X-Real-IP", ProxyTrustedCIDRs: []string{"nope"}}, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			set, err := newTrustedPeers(&tc.cfg)
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+			if len(set) != tc.wantLen {
+				t.Fatalf("%d trusted networks, want %d", len(set), tc.wantLen)
+			}
+		})
 	}
 }

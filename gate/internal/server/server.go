@@ -139,15 +139,19 @@ func New(opts Options) (*Server, error) {
 	if drain <= 0 {
 		drain = 5 * time.Second
 	}
+	trusted, err := newTrustedPeers(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	var proxy *proxyPolicy
 	if cfg.ProxyProtocol {
-		p, err := newProxyPolicy(cfg.ProxyTrustedCIDRs, cfg.ProxyHeaderTimeout, cfg.ProxyProtocolListeners)
+		p, err := newProxyPolicy(trusted, cfg.ProxyHeaderTimeout, cfg.ProxyProtocolListeners)
 		if err != nil {
 			return nil, err
 		}
 		proxy = p
 	}
-	wsp, err := newWSPolicy(cfg.WSAllowedOrigins, cfg.WSRealIPHeader, cfg.ProxyTrustedCIDRs)
+	wsp, err := newWSPolicy(cfg.WSAllowedOrigins, cfg.WSRealIPHeader, trusted)
 	if err != nil {
 		return nil, err
 	}

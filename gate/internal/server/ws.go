@@ -91,9 +91,9 @@ type wsPolicy struct {
 	trusted      peerSet
 }
 
-// newWSPolicy parses gate.ws_allowed_origins, gate.ws_real_ip_header and
-// the trusted proxies.
-func newWSPolicy(origins []string, realIPHeader string, trustedCIDRs []string) (*wsPolicy, error) {
+// newWSPolicy parses gate.ws_allowed_origins and takes
+// gate.ws_real_ip_header with the parsed trusted proxies (newTrustedPeers).
+func newWSPolicy(origins []string, realIPHeader string, trusted peerSet) (*wsPolicy, error) {
 	p := &wsPolicy{realIPHeader: realIPHeader}
 	if len(origins) > 0 {
 		p.origins = make(map[string]struct{}, len(origins))
@@ -102,10 +102,6 @@ func newWSPolicy(origins []string, realIPHeader string, trustedCIDRs []string) (
 		}
 	}
 	if realIPHeader != "" {
-		trusted, err := parsePeerSet(trustedCIDRs)
-		if err != nil {
-			return nil, err
-		}
 		if len(trusted) == 0 {
 			return nil, errors.New("server: gate.ws_real_ip_header is set but gate.proxy_trusted_cidrs is empty")
 		}
