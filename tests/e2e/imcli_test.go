@@ -252,32 +252,7 @@ func TestIMCliSyncsAgainAfterReconnect(t *testing.T) {
 	a := c.Login(t, 1, userA, "a")
 	probe := c.Login(t, 1, userB, "probe")
 
-	cmd := exec.CommandContext(ctx, c.Bins.IMCli, imcliArgs(t, c, 0, userB, filepath.Join(t.TempDir(), "b.json"))...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := newLineLog(stdout)
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = stdin.Close()
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		t.Logf("imcli stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
-	})
+	stdin, out, exited := startIMCli(t, ctx, c, imcliArgs(t, c, 0, userB, filepath.Join(t.TempDir(), "b.json")))
 	out.wait(t, "sync: nothing new", 1, 20*time.Second)
 
 	live, err := a.Send(ctx, sendTo(userB, "rc-live", text(t, "while online")))
@@ -312,6 +287,46 @@ func TestIMCliSyncsAgainAfterReconnect(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.wait(t, fmt.Sprintf("read conv %d up to #%s (unread 0)", cut.ConversationID, cut.MsgID), 1, 20*time.Second)
+	expectExit(t, exited)
+}
+
+// startIMCli starts the imcli binary with args, its stdin a pipe and its
+// stdout a lineLog; exited gets its exit. The cleanup closes stdin, kills
+// an imcli that does not end within 10 s and logs the output.
+func startIMCli(t *testing.T, ctx context.Context, c *framework.Cluster, args []string) (stdin io.WriteCloser, out *lineLog, exited chan error) {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, c.Bins.IMCli, args...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	out = newLineLog(stdout)
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = stdin.Close()
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		t.Logf("imcli stdout:\n%s\nstderr:\n%s", out.String(), stderr.String())
+	})
+	return stdin, out, exited
+}
+
+// expectExit waits for imcli to exit with status 0 after /quit.
+func expectExit(t *testing.T, exited chan error) {
+	t.Helper()
 	select {
 	case err := <-exited:
 		if err != nil {
@@ -321,6 +336,83 @@ func TestIMCliSyncsAgainAfterReconnect(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("imcli did not quit")
 	}
+}
+
+// lockedBuffer is a bytes.Buffer written by the process's stderr copier
+// and read by the test's cleanup.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// imcli on a list of two gates: SIGTERM on the gate it is on (KICK
+// server_shutdown) moves it to the other gate, where it says so, syncs
+// (the message sent during the move shows, once) and goes on: live
+// messages arrive and its own sends are answered.
+func TestIMCliMovesToTheOtherGateWhenItsGateStops(t *testing.T) {
+	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
+	ctx := ctxT(t, 3*time.Minute)
+	const userA, userB = 34001, 34002
+	a := c.Login(t, 1, userA, "a")
+	g0, g1 := c.Gates[0].TCPAddr, c.Gates[1].TCPAddr
+	args := imcliArgs(t, c, 0, userB, filepath.Join(t.TempDir(), "b.json"))
+	for i := range args {
+		if args[i] == "-gate" {
+			args[i+1] = g0 + "," + g1
+		}
+	}
+	stdin, out, exited := startIMCli(t, ctx, c, args)
+	out.wait(t, fmt.Sprintf("logged in as %d device cli-%d via %s", userB, userB, g0), 1, 20*time.Second)
+	out.wait(t, "sync: nothing new", 1, 20*time.Second)
+
+	before, err := a.Send(ctx, sendTo(userB, "mv-before", text(t, "before the move")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.wait(t, fmt.Sprintf("#%s %d: before the move", before.MsgID, userA), 1, 20*time.Second)
+
+	if err := c.Gates[0].Stop(); err != nil {
+		t.Fatalf("SIGTERM gate 0: %v", err)
+	}
+	during, err := a.Send(ctx, sendTo(userB, "mv-during", text(t, "during the move")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.wait(t, fmt.Sprintf("moved from gate %s to gate %s; syncing", g0, g1), 1, 30*time.Second)
+	out.wait(t, fmt.Sprintf("logged in as %d device cli-%d via %s", userB, userB, g1), 1, 20*time.Second)
+	out.wait(t, fmt.Sprintf("#%s %d: during the move", during.MsgID, userA), 1, 20*time.Second)
+
+	after, err := a.Send(ctx, sendTo(userB, "mv-after", text(t, "after the move")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.wait(t, fmt.Sprintf("#%s %d: after the move", after.MsgID, userA), 1, 20*time.Second)
+	if _, err := io.WriteString(stdin, fmt.Sprintf("%d hello from gate 1\n", userA)); err != nil {
+		t.Fatal(err)
+	}
+	out.wait(t, "sent msg_id=", 1, 20*time.Second)
+	inOrder(t, out.String(), "KICK: server_shutdown", "moved from gate", "logged in as", "after the move", "sent msg_id=")
+	for _, ack := range []protocol.SendAck{before, during, after} {
+		if n := strings.Count(out.String(), fmt.Sprintf("#%s %d:", ack.MsgID, userA)); n != 1 {
+			t.Fatalf("message %s shown %d times, want once:\n%s", ack.MsgID, n, out.String())
+		}
+	}
+	if _, err := io.WriteString(stdin, "/quit\n"); err != nil {
+		t.Fatal(err)
+	}
+	expectExit(t, exited)
 }
 
 // The client's SyncRunner against the real server with small pages: a

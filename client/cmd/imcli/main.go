@@ -8,7 +8,12 @@
 // RELATION and GROUP commands). CONTROL_EVENT pushes (friend and
 // membership changes) print as one readable line each.
 //
-//	imcli -config deploy/dev/im.yaml -user 1001 [-device cli-1001] [-gate 127.0.0.1:8100]
+// The connection is a client.Session over the -gate addresses: when the
+// gate stops (KICK server_shutdown) or the connection drops, imcli signs
+// in at the next address, says so, and syncs again; a send whose answer
+// was lost goes again with the same client_msg_id.
+//
+//	imcli -config deploy/dev/im.yaml -user 1001 [-device cli-1001] [-gate 127.0.0.1:8100,127.0.0.1:8101]
 //	imcli -config deploy/dev/im.yaml -user 1001 -send-to 1002 -text hi
 //	imcli -user 1001 -api 127.0.0.1:9000 -api-key dev-api-key
 package main
@@ -44,6 +49,11 @@ import (
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
+// firstConnectTimeout bounds the wait for the first sign-in: the session
+// retries an unreachable gate for ever, but a mistyped address at start
+// should end imcli, not leave it silent.
+const firstConnectTimeout = 20 * time.Second
+
 type flags struct {
 	config, gate, device, api, apiKey, text, state string
 	user, sendTo                                   int64
@@ -77,7 +87,7 @@ func main() {
 	flag.StringVar(&f.config, "config", "", "config file; gives the gate address and logic.jwt_secret")
 	flag.Int64Var(&f.user, "user", 0, "user id to log in as (required)")
 	flag.StringVar(&f.device, "device", "", "device id (default cli-<user>)")
-	flag.StringVar(&f.gate, "gate", "", "gate TCP address (default gate.tcp_addr of the config)")
+	flag.StringVar(&f.gate, "gate", "", "gate TCP address, or several comma-separated: a reconnect goes to the next (default gate.tcp_addr of the config)")
 	flag.StringVar(&f.api, "api", "", "logic gRPC address: get the token from Api/IssueToken instead of minting it")
 	flag.StringVar(&f.apiKey, "api-key", "", "API key for -api")
 	flag.Int64Var(&f.sendTo, "send-to", 0, "send one message to this user and exit (no sync)")
@@ -112,14 +122,25 @@ func run(ctx context.Context, f flags) error {
 	if f.gate == "" {
 		f.gate = cfg.Gate.TCPAddr
 	}
+	gates := gateAddrs(f.gate)
+	if len(gates) == 0 {
+		return errors.New("no gate address (-gate or gate.tcp_addr of the config)")
+	}
 	a := &app{f: f, cfg: cfg, out: os.Stdout, sent: map[int64]bool{}}
 	if f.sendTo != 0 {
-		conn, err := a.login(ctx)
+		sess, err := a.startSession(ctx, gates)
 		if err != nil {
 			return err
 		}
-		defer func() { _ = conn.Close() }()
-		_, err = a.send(ctx, conn, f.sendTo, f.text)
+		defer func() { _ = sess.Close() }()
+		go func() {
+			for range sess.Pushes() { // the session needs its pushes read
+			}
+		}()
+		if _, err := a.firstConn(ctx, sess, gates); err != nil {
+			return err
+		}
+		_, err = a.send(ctx, sess, f.sendTo, f.text)
 		return err
 	}
 
@@ -140,9 +161,27 @@ func run(ctx context.Context, f flags) error {
 		return fmt.Errorf("%w (use -reset-state or another -state)", err)
 	}
 	a.f = f
+	sess, err := a.startSession(ctx, gates)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sess.Close() }()
+	hint := make(chan struct{}, 1)
+	go a.pump(sess, hint)
 	lines := make(chan string)
 	go readLines(os.Stdin, lines)
-	return a.loop(ctx, lines)
+	return a.loop(ctx, sess, gates, lines, hint)
+}
+
+// gateAddrs splits the -gate list, dropping empty entries.
+func gateAddrs(list string) []string {
+	var out []string
+	for _, g := range strings.Split(list, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // app is one imcli process: its flags, the sync runner that outlives
@@ -160,6 +199,9 @@ type app struct {
 	// shown are the control events printed from CONTROL_EVENT pushes, so
 	// the sync they trigger does not print their mailbox copies again.
 	shown map[string]bool
+
+	kickMu sync.Mutex
+	kick   string // the reason of the last KICK the pump saw
 }
 
 func (a *app) print(s string) {
@@ -176,23 +218,43 @@ func (a *app) errorf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
 }
 
-// login dials the gate and authenticates.
-func (a *app) login(ctx context.Context) (*client.Conn, error) {
+// startSession gets the token and starts signing in at the first gate.
+func (a *app) startSession(ctx context.Context, gates []string) (*client.Session, error) {
 	tok, err := getToken(ctx, a.f, a.cfg)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := client.Dial(ctx, a.f.gate, client.Options{})
+	so := client.SessionOptions{Addrs: gates, Token: tok, DeviceID: a.f.device, Platform: "cli", AppVersion: "imcli"}
+	sess, err := client.StartSession(so)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("start session: %w", err)
 	}
-	auth, err := conn.Auth(ctx, tok, a.f.device, "cli", "imcli")
+	return sess, nil
+}
+
+// firstConn waits for the session's first sign-in, bounded by
+// firstConnectTimeout.
+func (a *app) firstConn(ctx context.Context, sess *client.Session, gates []string) (*client.Conn, error) {
+	wctx, cancel := context.WithTimeout(ctx, firstConnectTimeout)
+	defer cancel()
+	conn, err := sess.Conn(wctx)
 	if err != nil {
-		_ = conn.Close()
-		return nil, fmt.Errorf("auth: %w", err)
+		if ctx.Err() == nil && wctx.Err() != nil {
+			return nil, fmt.Errorf("no gate of %s let us in within %v", strings.Join(gates, ","), firstConnectTimeout)
+		}
+		return nil, fmt.Errorf("log in: %w", sessionErr(err))
 	}
-	a.printf("logged in as %d device %s via %s\n", auth.UserID, auth.DeviceID, a.f.gate)
+	a.printf("logged in as %d device %s via %s\n", a.f.user, a.f.device, sess.Addr())
 	return conn, nil
+}
+
+// sessionErr words the error that ended a session.
+func sessionErr(err error) error {
+	var ke *client.KickError
+	if errors.As(err, &ke) {
+		return fmt.Errorf("kicked by the server: %s", ke.Reason)
+	}
+	return err
 }
 
 type sessionEnd int
@@ -203,60 +265,61 @@ const (
 	endKicked
 )
 
-// loop runs sessions until the user quits, the server kicks this device,
-// or (without -reconnect) the connection is lost. Every session starts
+// loop serves the session's connections until the user quits, the
+// server kicks this device for a reason other than its own shutdown, or
+// (without -reconnect) the first connection ends. Every connection starts
 // with a sync, so a reconnect catches up on what the gap missed.
-func (a *app) loop(ctx context.Context, lines <-chan string) error {
-	const maxBackoff = 30 * time.Second
-	backoff := time.Second
-	connected := false
-	for {
-		conn, err := a.login(ctx)
-		if err != nil {
-			if !connected || ctx.Err() != nil {
-				return err
-			}
-			a.errorf("reconnect: %v; next try in %v", err, backoff)
-			if !sleepCtx(ctx, backoff) {
-				return nil
-			}
-			backoff = min(2*backoff, maxBackoff)
-			continue
+func (a *app) loop(ctx context.Context, sess *client.Session, gates []string, lines <-chan string, hint chan struct{}) error {
+	conn, err := a.firstConn(ctx, sess, gates)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
 		}
-		connected, backoff = true, time.Second
-		end, err := a.session(ctx, conn, lines)
+		return err
+	}
+	for {
+		addr := sess.Addr()
+		_ = a.lastKick() // one of an earlier connection, read late
+		end, err := a.session(ctx, sess, conn, lines, hint)
 		switch {
 		case end == endQuit:
 			return nil
-		case end == endKicked:
-			return err
 		case !a.f.reconnect:
 			return err
+		case end == endLost:
+			a.errorf("%v; reconnecting", err)
 		}
-		a.errorf("%v; reconnecting", err)
+		// A KICK other than server_shutdown ends the session: Conn says
+		// so. After server_shutdown the KICK line was printed already.
+		conn, err = sess.Conn(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return sessionErr(err)
+		}
+		// The session signs in again by itself (the next address after a
+		// stopping gate); say where, since the user chose the gates.
+		if next := sess.Addr(); next != addr {
+			a.printf("moved from gate %s to gate %s; syncing\n", addr, next)
+		} else {
+			a.printf("reconnected to gate %s; syncing\n", next)
+		}
+		a.printf("logged in as %d device %s via %s\n", a.f.user, a.f.device, sess.Addr())
 	}
 }
 
 // session serves one connection: the sync after login, pushes (each one
 // triggers a sync, which prints what is new and moves the cursors),
 // heartbeats and stdin commands.
-func (a *app) session(ctx context.Context, conn *client.Conn, lines <-chan string) (sessionEnd, error) {
+func (a *app) session(ctx context.Context, sess *client.Session, conn *client.Conn, lines <-chan string, hint <-chan struct{}) (sessionEnd, error) {
 	sctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() {
 		cancel()
-		_ = conn.Close()
 		wg.Wait()
 	}()
-	hint := make(chan struct{}, 1)
-	var kickReason string // written by the pump before pumpDone closes
-	pumpDone := make(chan struct{})
-	wg.Add(3)
-	go func() {
-		defer wg.Done()
-		defer close(pumpDone)
-		kickReason = a.pump(conn, hint)
-	}()
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		heartbeat(sctx, conn, a)
@@ -273,9 +336,10 @@ func (a *app) session(ctx context.Context, conn *client.Conn, lines <-chan strin
 		case <-ctx.Done():
 			return endQuit, nil
 		case <-conn.Done():
-			<-pumpDone // the KICK, if any, is read before Pushes closes
-			if kickReason != "" {
-				return endKicked, fmt.Errorf("kicked by the server: %s", kickReason)
+			// The KICK, if any, may still be on its way through the
+			// session's pushes; then the message says "closed".
+			if reason := a.lastKick(); reason != "" {
+				return endKicked, fmt.Errorf("kicked by the server: %s", reason)
 			}
 			err := conn.Err()
 			if err == nil || errors.Is(err, client.ErrClosed) {
@@ -286,18 +350,19 @@ func (a *app) session(ctx context.Context, conn *client.Conn, lines <-chan strin
 			if !ok {
 				return endQuit, nil // stdin closed
 			}
-			if quit := a.command(sctx, conn, strings.TrimSpace(line)); quit {
+			if quit := a.command(sctx, sess, conn, strings.TrimSpace(line)); quit {
 				return endQuit, nil
 			}
 		}
 	}
 }
 
-// pump reads pushes: KICK is printed and returned, RECALL and DELETE are
-// shown at once, and every push is a hint to sync (messages, read marks on
-// other devices, settings): sync brings them with the gaps filled.
-func (a *app) pump(conn *client.Conn, hint chan<- struct{}) (kickReason string) {
-	for fr := range conn.Pushes() {
+// pump reads the session's pushes, of every connection: KICK is printed
+// and noted, RECALL and DELETE are shown at once, and every push is a hint
+// to sync (messages, read marks on other devices, settings): sync brings
+// them with the gaps filled.
+func (a *app) pump(sess *client.Session, hint chan<- struct{}) {
+	for fr := range sess.Pushes() {
 		if !fr.IsPush() {
 			continue // a late answer to a request that gave up
 		}
@@ -311,7 +376,9 @@ func (a *app) pump(conn *client.Conn, hint chan<- struct{}) (kickReason string) 
 				k.Reason = "unknown"
 			}
 			a.printf("KICK: %s\n", k.Reason)
-			kickReason = k.Reason
+			a.kickMu.Lock()
+			a.kick = k.Reason
+			a.kickMu.Unlock()
 			continue
 		case protocol.CmdRecallMessage, protocol.CmdDeleteMessage:
 			if e, ok := a.runner.NotePush(fr); ok {
@@ -328,7 +395,15 @@ func (a *app) pump(conn *client.Conn, hint chan<- struct{}) (kickReason string) 
 		default: // a sync is already due
 		}
 	}
-	return kickReason
+}
+
+// lastKick returns the reason of the last KICK, and forgets it.
+func (a *app) lastKick() string {
+	a.kickMu.Lock()
+	defer a.kickMu.Unlock()
+	r := a.kick
+	a.kick = ""
+	return r
 }
 
 // syncer runs a sync for each burst of hints.
@@ -468,7 +543,7 @@ func (a *app) takeShown(ev client.ControlEvent) bool {
 }
 
 // command runs one stdin line; it reports whether to quit.
-func (a *app) command(ctx context.Context, conn *client.Conn, line string) (quit bool) {
+func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Conn, line string) (quit bool) {
 	if line == "" {
 		return false
 	}
@@ -636,9 +711,9 @@ func (a *app) command(ctx context.Context, conn *client.Conn, line string) (quit
 		}
 		var ack protocol.SendAck
 		if group {
-			ack, err = a.sendGroup(ctx, conn, id, text)
+			ack, err = a.sendGroup(ctx, sess, id, text)
 		} else {
-			ack, err = a.send(ctx, conn, id, text)
+			ack, err = a.send(ctx, sess, id, text)
 		}
 		if err != nil {
 			a.errorf("send: %v", err)
@@ -681,13 +756,25 @@ func (a *app) history(ctx context.Context, conn *client.Conn, cid int64, n int) 
 	a.print(b.String())
 }
 
-func (a *app) send(ctx context.Context, conn *client.Conn, to int64, text string) (protocol.SendAck, error) {
-	ack, err := conn.SendText(ctx, to, text)
+// send sends a text to a user through the session: a send whose
+// connection ends before the answer goes again, with the same
+// client_msg_id, on the next one.
+func (a *app) send(ctx context.Context, sess *client.Session, to int64, text string) (protocol.SendAck, error) {
+	content, err := client.TextContent(text)
+	if err != nil {
+		return protocol.SendAck{}, err
+	}
+	ack, err := sess.Send(ctx, protocol.SendRequest{ToUserID: jsonid.ID(to), MessageType: 1, Content: content})
 	return a.recordSent(ack, err)
 }
 
-func (a *app) sendGroup(ctx context.Context, conn *client.Conn, groupID int64, text string) (protocol.SendAck, error) {
-	ack, err := conn.SendGroupText(ctx, groupID, text)
+// sendGroup is send to a group.
+func (a *app) sendGroup(ctx context.Context, sess *client.Session, groupID int64, text string) (protocol.SendAck, error) {
+	content, err := client.TextContent(text)
+	if err != nil {
+		return protocol.SendAck{}, err
+	}
+	ack, err := sess.Send(ctx, protocol.SendRequest{GroupID: jsonid.ID(groupID), MessageType: 1, Content: content})
 	return a.recordSent(ack, err)
 }
 
@@ -818,17 +905,6 @@ func heartbeat(ctx context.Context, conn *client.Conn, a *app) {
 				a.errorf("heartbeat: %v", err)
 			}
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -86,5 +87,21 @@ func TestShownControlEventsNotRepeated(t *testing.T) {
 	}}, 0)
 	if got := b.String(); got != "friend: 6 asks to be your friend (/accept 6)\n" {
 		t.Fatalf("printed %q", got)
+	}
+}
+
+func TestGateAddrsSplitsTheCommaListAndDropsEmptyEntries(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []string
+	}{
+		{"127.0.0.1:8100", []string{"127.0.0.1:8100"}},
+		{"127.0.0.1:8100,127.0.0.1:8101", []string{"127.0.0.1:8100", "127.0.0.1:8101"}},
+		{" a:1 , ,b:2,", []string{"a:1", "b:2"}},
+		{"", nil},
+	} {
+		if got := gateAddrs(tc.in); !slices.Equal(got, tc.want) {
+			t.Errorf("gateAddrs(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
