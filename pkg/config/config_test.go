@@ -242,6 +242,13 @@ func TestLoadRateLimits(t *testing.T) {
 // or from the environment (comma-separated), and a cluster with a DB
 // other than 0 is refused at load.
 func TestLoadRedisClusterAddrsFromFileAndEnv(t *testing.T) {
+	// make test exports the services' Redis (IM_*_REDIS_ADDR); an empty
+	// variable counts as unset, so only this test's values apply.
+	for _, sec := range []string{"LOGIC", "DELIVER"} {
+		for _, k := range []string{"ADDR", "ADDRS", "CLUSTER", "DB"} {
+			t.Setenv("IM_"+sec+"_REDIS_"+k, "")
+		}
+	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "im.yaml")
 	yaml := "logic:\n  redis: {addrs: [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]}\ndeliver:\n  redis: {addr: \"10.0.0.9:7000\", cluster: true}\n"
