@@ -43,6 +43,9 @@ const (
 	wsUpgradeTimeout = 10 * time.Second
 	// wsMaxHeader is the longest WebSocket frame header (RFC 6455 5.2).
 	wsMaxHeader = 14
+	// wsCloseWait bounds how long a closing connection waits for its
+	// close frame to be written (awaitControl).
+	wsCloseWait = 100 * time.Millisecond
 )
 
 // wsCloseError asks the transport to send a close frame with code and
@@ -446,16 +449,27 @@ func (t *tcpConn) writeControl(f ws.Frame) error {
 }
 
 // writeQueuedControl writes the queued control frames; wmu must be held.
+// The frames leave the queue only once written, so awaitControl does not
+// let the socket close under a close frame still being written. Frames
+// queued meanwhile are appended past b, which therefore stays intact.
 func (t *tcpConn) writeQueuedControl() error {
 	l := t.ws
 	l.cmu.Lock()
 	b := l.ctrl
-	l.ctrl = nil
 	l.cmu.Unlock()
 	if len(b) == 0 {
 		return nil
 	}
-	if err := t.writeRaw(b); err != nil {
+	err := t.writeRaw(b)
+	// Dropped even on error: a socket that failed once is closing, and
+	// unlockWrite would otherwise retry the same bytes for ever.
+	l.cmu.Lock()
+	l.ctrl = l.ctrl[len(b):]
+	if len(l.ctrl) == 0 {
+		l.ctrl = nil
+	}
+	l.cmu.Unlock()
+	if err != nil {
 		return fmt.Errorf("ws: write control frame: %w", err)
 	}
 	return nil
@@ -478,12 +492,12 @@ func (t *tcpConn) unlockWrite() {
 	}
 }
 
-// awaitControl waits, briefly, until queued control frames are written,
-// so a close frame goes out before the socket closes. A flusher that
-// cannot finish within the bound is writing to a client that does not
-// read; that client gets the bare TCP close.
-func (t *tcpConn) awaitControl() {
-	const bound, step = 100 * time.Millisecond, 500 * time.Microsecond
+// awaitControl waits, at most bound, until queued control frames are
+// written, so a close frame goes out before the socket closes. A flusher
+// that cannot finish within the bound is writing to a client that does
+// not read; that client gets the bare TCP close.
+func (t *tcpConn) awaitControl(bound time.Duration) {
+	const step = 500 * time.Microsecond
 	l := t.ws
 	for waited := time.Duration(0); waited < bound; waited += step {
 		l.cmu.Lock()
@@ -530,6 +544,6 @@ func (t *tcpConn) closeWS(e *wsCloseError) {
 		t.s.log.Debug("ws protocol error, closing", zap.Uint64("conn_id", t.c.id), zap.String("real_ip", t.realIP),
 			zap.Int("code", int(e.code)), zap.String("reason", e.reason))
 	}
-	t.awaitControl()
+	t.awaitControl(wsCloseWait)
 	t.c.Close(e.reason)
 }
