@@ -67,9 +67,9 @@ Development credentials (deploy/dev/im.yaml — never use them elsewhere):
   JWT secret  dev-jwt-secret-change-me     API key  dev-api-key
   cluster secret  dev-cluster-secret
 
-Chat from two terminals, each user on its own gate:
-  bin/imcli -config $cfg -user 1001 -gate 127.0.0.1:8100
-  bin/imcli -config $cfg -user 1002 -gate 127.0.0.1:8101
+Chat from two terminals, each user on its own gate (and the other if it stops):
+  bin/imcli -config $cfg -user 1001 -gate 127.0.0.1:8100,127.0.0.1:8101
+  bin/imcli -config $cfg -user 1002 -gate 127.0.0.1:8101,127.0.0.1:8100
 then type "<to_user_id> <text>", e.g. "1002 hello".
 
 Press Ctrl-C to stop.
