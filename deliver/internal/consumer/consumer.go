@@ -106,7 +106,7 @@ func (c *Consumer) Run(ctx context.Context, stop <-chan struct{}, p int) {
 		if !c.claimPending(ctx, readCtx, p, log, bo) {
 			return
 		}
-		if !c.readNew(ctx, readCtx, p, log, bo) {
+		if !c.readNew(ctx, readCtx, stop, p, log, bo) {
 			return
 		}
 	}
@@ -159,7 +159,7 @@ func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Lo
 // current batch is processed, so under a backlog a batch never waits for
 // its own read; batches are still processed one at a time, in stream
 // order.
-func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger, bo *backoff.Backoff) bool {
+func (c *Consumer) readNew(ctx, readCtx context.Context, stop <-chan struct{}, p int, log *zap.Logger, bo *backoff.Backoff) bool {
 	rctx, cancel := context.WithCancel(readCtx)
 	// Unbuffered: the reader holds at most one batch read ahead; more
 	// would only hold entries pending that another owner could take after
@@ -187,7 +187,7 @@ func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger,
 		case r = <-reads:
 		case <-readCtx.Done():
 		}
-		if readCtx.Err() != nil {
+		if stopping(readCtx, stop) {
 			// Entries read ahead stay pending for the next owner.
 			return false
 		}
@@ -202,9 +202,21 @@ func (c *Consumer) readNew(ctx, readCtx context.Context, p int, log *zap.Logger,
 				return false
 			}
 		}
-		if readCtx.Err() != nil {
+		if stopping(readCtx, stop) {
 			return false
 		}
+	}
+}
+
+// stopping reports whether the partition must stop. stop is checked
+// itself, not only through readCtx, whose cancellation follows it
+// asynchronously: a batch read ahead must not start once stop is closed.
+func stopping(readCtx context.Context, stop <-chan struct{}) bool {
+	select {
+	case <-stop:
+		return true
+	default:
+		return readCtx.Err() != nil
 	}
 }
 
