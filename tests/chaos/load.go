@@ -112,9 +112,9 @@ func (s *slot) do(ctx context.Context, w *world, op string) {
 	case "read":
 		s.read(ctx, d)
 	case "recall":
-		s.recall(ctx, d)
+		s.edit(ctx, d, KindRecall)
 	case "delete":
-		s.delete(ctx, d)
+		s.edit(ctx, d, KindDelete)
 	case "sync":
 		rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 		_ = d.sync(rctx)
@@ -244,53 +244,41 @@ func readOnce(ctx context.Context, d *device, conv, msg int64) string {
 	return res
 }
 
-func (s *slot) recall(ctx context.Context, d *device) {
-	k, ok := s.pickKnown(d, true)
+// edit recalls (kind KindRecall: one of d's own messages) or deletes for
+// d (KindDelete: any message it knows) a message, queueing it for the
+// outbox when the answer is uncertain.
+func (s *slot) edit(ctx context.Context, d *device, kind string) {
+	k, ok := s.pickKnown(d, kind == KindRecall)
 	if !ok {
 		return
 	}
-	if res := recallOnce(ctx, d, k.conv, k.msg); res == ResultUncertain {
-		s.queue(pending{kind: KindRecall, conv: k.conv, msg: k.msg})
+	if res := editOnce(ctx, d, kind, k.conv, k.msg); res == ResultUncertain {
+		s.queue(pending{kind: kind, conv: k.conv, msg: k.msg})
 	}
 }
 
-func recallOnce(ctx context.Context, d *device, conv, msg int64) string {
+// editOnce makes one RECALL_MESSAGE (KindRecall) or DELETE_MESSAGE
+// (KindDelete) request and records it, and on success what d now knows.
+func editOnce(ctx context.Context, d *device, kind string, conv, msg int64) string {
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	c, err := d.conn(rctx)
 	if err == nil {
-		err = c.Recall(rctx, conv, msg)
+		if kind == KindRecall {
+			err = c.Recall(rctx, conv, msg)
+		} else {
+			err = c.Delete(rctx, conv, msg)
+		}
 	}
 	res := outcome(err)
-	d.hist.Add(Event{Kind: KindRecall, Device: d.id, User: d.user, Conv: conv, Msg: msg, Result: res, Err: errText(err)})
+	d.hist.Add(Event{Kind: kind, Device: d.id, User: d.user, Conv: conv, Msg: msg, Result: res, Err: errText(err)})
 	if res == ResultOK {
-		d.hist.Add(Event{Kind: KindRecallSeen, Device: d.id, User: d.user, Conv: conv, Msg: msg, Detail: "own"})
-		d.runner.NoteEvent(client.EventRecall, msg)
-	}
-	return res
-}
-
-func (s *slot) delete(ctx context.Context, d *device) {
-	k, ok := s.pickKnown(d, false)
-	if !ok {
-		return
-	}
-	if res := deleteOnce(ctx, d, k.conv, k.msg); res == ResultUncertain {
-		s.queue(pending{kind: KindDelete, conv: k.conv, msg: k.msg})
-	}
-}
-
-func deleteOnce(ctx context.Context, d *device, conv, msg int64) string {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	c, err := d.conn(rctx)
-	if err == nil {
-		err = c.Delete(rctx, conv, msg)
-	}
-	res := outcome(err)
-	d.hist.Add(Event{Kind: KindDelete, Device: d.id, User: d.user, Conv: conv, Msg: msg, Result: res, Err: errText(err)})
-	if res == ResultOK {
-		d.hist.Add(Event{Kind: KindDeleteSeen, Device: d.id, User: d.user, Conv: conv, Msg: msg, Detail: "own"})
+		seen := KindDeleteSeen
+		if kind == KindRecall {
+			seen = KindRecallSeen
+			d.runner.NoteEvent(client.EventRecall, msg)
+		}
+		d.hist.Add(Event{Kind: seen, Device: d.id, User: d.user, Conv: conv, Msg: msg, Detail: "own"})
 	}
 	return res
 }
@@ -313,10 +301,8 @@ func (s *slot) flush(ctx context.Context) (left int) {
 			switch p.kind {
 			case KindSend:
 				res, _ = d.send(ctx, p.send)
-			case KindRecall:
-				res = recallOnce(ctx, d, p.conv, p.msg)
-			case KindDelete:
-				res = deleteOnce(ctx, d, p.conv, p.msg)
+			case KindRecall, KindDelete:
+				res = editOnce(ctx, d, p.kind, p.conv, p.msg)
 			case KindRead:
 				res = readOnce(ctx, d, p.conv, p.msg)
 			}
