@@ -22,7 +22,6 @@ command -v npm >/dev/null 2>&1 || missing="$missing npm"
 # `make services` found.
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing="$missing mariadb-server"
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
-command -v redis-cli >/dev/null 2>&1 || missing="$missing redis-tools"
 
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then

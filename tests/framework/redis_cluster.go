@@ -13,7 +13,7 @@ import (
 // StartRedisCluster starts a private Redis Cluster of
 // testredis.ClusterMasters masters without replicas on loopback ports:
 // each a redis-server with --cluster-enabled and its nodes.conf in its
-// own temp dir, joined by redis-cli --cluster create, ready once every
+// own temp dir, joined by testredis.CreateCluster, ready once every
 // node reports cluster_state:ok. Stop and Start keep the cluster (its
 // nodes.conf and append-only files stay), so a test can take the whole
 // Redis away and bring it back as with a single server.
