@@ -1,114 +1,13 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/sparkim/spark/client"
-	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/tests/framework"
 )
-
-// sigtermDevice is one device of the SIGTERM test: a reconnecting session
-// and everything it saw.
-type sigtermDevice struct {
-	userID int64
-	sess   *client.Session
-	runner *client.SyncRunner
-
-	mu       sync.Mutex
-	kickedAt []time.Time      // KICK server_shutdown arrivals
-	kicks    []string         // every KICK reason
-	has      map[int64]bool   // msg ids received by push or sync
-	syncErrs []error          // failed syncs
-	acked    map[string]int64 // client_msg_id → acked msg id, of its sends
-	ackedTo  map[string]int64 // client_msg_id → recipient
-	syncs    int              // syncs run after a sign-in
-}
-
-func startSigtermDevice(t *testing.T, c *framework.Cluster, userID int64, addrs []string) *sigtermDevice {
-	t.Helper()
-	d := &sigtermDevice{userID: userID, has: map[int64]bool{}, acked: map[string]int64{}, ackedTo: map[string]int64{}}
-	r, err := client.NewSyncRunner(context.Background(), client.FileStateStore{Path: filepath.Join(t.TempDir(), "state.json")}, userID, "d", client.SyncRunnerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.runner = r
-	d.sess, err = client.StartSession(client.SessionOptions{
-		Addrs: addrs, Token: c.Token(userID, "d"), DeviceID: "d", Platform: "test",
-		Runner: r, OnSync: d.noteSync,
-		ReconnectMin: 200 * time.Millisecond, ReconnectMax: 2 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.sess.Close() })
-	go func() {
-		for f := range d.sess.Pushes() {
-			if reason, ok := client.KickReason(f); ok {
-				d.mu.Lock()
-				d.kicks = append(d.kicks, reason)
-				if reason == client.KickServerShutdown {
-					d.kickedAt = append(d.kickedAt, time.Now())
-				}
-				d.mu.Unlock()
-				continue
-			}
-			if f.Command == protocol.CmdMessage {
-				if m, err := f.Message(); err == nil {
-					d.mu.Lock()
-					d.has[m.MsgID.Int64()] = true
-					d.mu.Unlock()
-				}
-			}
-		}
-	}()
-	return d
-}
-
-func (d *sigtermDevice) noteSync(res client.SyncResult, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.syncs++
-	if err != nil {
-		d.syncErrs = append(d.syncErrs, err)
-	}
-	for _, ms := range res.Messages {
-		for _, m := range ms {
-			d.has[m.MsgID.Int64()] = true
-		}
-	}
-}
-
-// sendSteadily sends to peer every interval until stop closes, each send
-// retried across reconnects with its client_msg_id by the session.
-func (d *sigtermDevice) sendSteadily(t *testing.T, peer int64, interval time.Duration, stop <-chan struct{}) {
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		case <-time.After(interval):
-		}
-		id := fmt.Sprintf("sig-%d-%d", d.userID, i)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		ack, err := d.sess.Send(ctx, sendTo(peer, id, text(t, id)))
-		cancel()
-		if err != nil {
-			// Not acked: the test asserts nothing about it (a retry under
-			// another id would be a new message).
-			t.Logf("user %d: send %s not acked: %v", d.userID, id, err)
-			continue
-		}
-		d.mu.Lock()
-		d.acked[id] = ack.MsgID.Int64()
-		d.ackedTo[id] = peer
-		d.mu.Unlock()
-	}
-}
 
 // SIGTERM on a gate under load (issue 12, must-show 3): its clients get
 // KICK server_shutdown spread over gate.shutdown_kick_window, reconnect to
@@ -119,13 +18,13 @@ func TestGateSIGTERMSpreadsServerShutdownKicksClientsMoveToTheOtherGateNoAckedMe
 	c := framework.NewCluster(t, framework.Options{Gates: 2, GateEnv: []string{"IM_GATE_SHUTDOWN_KICK_WINDOW=" + window.String()}})
 	g1, g2 := c.Gates[0].TCPAddr, c.Gates[1].TCPAddr
 	const pairs = 8
-	var movers, stayers []*sigtermDevice
+	var movers, stayers []*sessionDevice
 	for i := range pairs {
-		movers = append(movers, startSigtermDevice(t, c, int64(7101+i), []string{g1, g2}))
-		stayers = append(stayers, startSigtermDevice(t, c, int64(7201+i), []string{g2}))
+		movers = append(movers, startSessionDevice(t, c, int64(7101+i), []string{g1, g2}))
+		stayers = append(stayers, startSessionDevice(t, c, int64(7201+i), []string{g2}))
 	}
 	ctx := ctxT(t, 3*time.Minute)
-	for _, d := range append(append([]*sigtermDevice{}, movers...), stayers...) {
+	for _, d := range append(append([]*sessionDevice{}, movers...), stayers...) {
 		if _, err := d.sess.Conn(ctx); err != nil {
 			t.Fatalf("user %d never signed in: %v", d.userID, err)
 		}
@@ -135,8 +34,8 @@ func TestGateSIGTERMSpreadsServerShutdownKicksClientsMoveToTheOtherGateNoAckedMe
 	var wg sync.WaitGroup
 	for i := range pairs {
 		wg.Add(2)
-		go func() { defer wg.Done(); movers[i].sendSteadily(t, stayers[i].userID, 50*time.Millisecond, stop) }()
-		go func() { defer wg.Done(); stayers[i].sendSteadily(t, movers[i].userID, 50*time.Millisecond, stop) }()
+		go func() { defer wg.Done(); movers[i].sendSteadily(t, stayers[i].userID, 0, 50*time.Millisecond, stop) }()
+		go func() { defer wg.Done(); stayers[i].sendSteadily(t, movers[i].userID, 0, 50*time.Millisecond, stop) }()
 	}
 	time.Sleep(time.Second)
 
@@ -186,26 +85,16 @@ func TestGateSIGTERMSpreadsServerShutdownKicksClientsMoveToTheOtherGateNoAckedMe
 	t.Logf("gate-1 exited in %v; KICKs spread over %v", took, last.Sub(first))
 
 	// A final sync on every device, then the checks against MySQL.
-	all := append(append([]*sigtermDevice{}, movers...), stayers...)
-	byUser := map[int64]*sigtermDevice{}
+	all := append(append([]*sessionDevice{}, movers...), stayers...)
+	byUser := map[int64]*sessionDevice{}
 	for _, d := range all {
 		byUser[d.userID] = d
-		conn, err := d.sess.Conn(ctx)
-		if err != nil {
-			t.Fatalf("user %d: %v", d.userID, err)
-		}
-		res, err := d.runner.Sync(ctx, conn)
-		d.noteSync(res, err)
-		d.mu.Lock()
-		if len(d.syncErrs) > 0 {
-			t.Errorf("user %d: syncs failed: %v", d.userID, d.syncErrs)
-		}
-		d.mu.Unlock()
 	}
+	finalSync(t, ctx, all)
 	total := 0
 	for _, d := range all {
 		d.mu.Lock()
-		acked, to := d.acked, d.ackedTo
+		acked, to := d.acked, d.to
 		d.mu.Unlock()
 		for id, msgID := range acked {
 			total++
@@ -218,10 +107,7 @@ func TestGateSIGTERMSpreadsServerShutdownKicksClientsMoveToTheOtherGateNoAckedMe
 				t.Errorf("user %d %s: acked as %d, stored %d times (id %d)", d.userID, id, msgID, n, stored)
 			}
 			r := byUser[to[id]]
-			r.mu.Lock()
-			ok := r.has[msgID]
-			r.mu.Unlock()
-			if !ok {
+			if !r.has(msgID) {
 				t.Errorf("user %d never got %d (%s from %d)", r.userID, msgID, id, d.userID)
 			}
 		}

@@ -4,152 +4,20 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/sparkim/spark/client"
-	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 	"github.com/sparkim/spark/tests/framework"
 )
 
-// killDevice is one device of a kill -9 test: a reconnecting session,
-// what it sent and was acked, and every msg_id it received, by push and
-// by sync apart.
-type killDevice struct {
-	userID int64
-	sess   *client.Session
-	runner *client.SyncRunner
-
-	mu       sync.Mutex
-	pushed   map[int64]int        // msg id → MESSAGE pushes of it
-	synced   map[int64]bool       // msg ids brought by sync
-	syncErrs []error              // failed syncs
-	acked    map[string]int64     // client_msg_id → acked msg id
-	to       map[string]int64     // client_msg_id → recipient user, 0 for the group
-	resends  int                  // sends tried again with the same client_msg_id
-	slowest  time.Duration        // the longest wait for one answer (ack or error)
-	ackedAt  map[string]time.Time // client_msg_id → its ack
-	attempts []sendAttempt        // every Session.Send, in order
-}
-
-func startKillDevice(t *testing.T, c *framework.Cluster, userID int64, addrs []string) *killDevice {
-	t.Helper()
-	d := &killDevice{userID: userID, pushed: map[int64]int{}, synced: map[int64]bool{},
-		acked: map[string]int64{}, to: map[string]int64{}, ackedAt: map[string]time.Time{}}
-	r, err := client.NewSyncRunner(context.Background(), client.FileStateStore{Path: filepath.Join(t.TempDir(), "state.json")}, userID, "d", client.SyncRunnerOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d.runner = r
-	d.sess, err = client.StartSession(client.SessionOptions{
-		Addrs: addrs, Token: c.Token(userID, "d"), DeviceID: "d", Platform: "test",
-		Runner: r, OnSync: d.noteSync,
-		ReconnectMin: 200 * time.Millisecond, ReconnectMax: 2 * time.Second,
-		// One attempt a send: a 50301 reaches sendSteadily, which counts
-		// the resend with the same client_msg_id.
-		Conn: client.Options{SendAttempts: 1},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.sess.Close() })
-	go func() {
-		for f := range d.sess.Pushes() {
-			if f.Command != protocol.CmdMessage || !f.IsPush() {
-				continue
-			}
-			if m, err := f.Message(); err == nil {
-				d.mu.Lock()
-				d.pushed[m.MsgID.Int64()]++
-				d.mu.Unlock()
-			}
-		}
-	}()
-	return d
-}
-
-func (d *killDevice) noteSync(res client.SyncResult, err error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err != nil {
-		d.syncErrs = append(d.syncErrs, err)
-	}
-	for _, ms := range res.Messages {
-		for _, m := range ms {
-			d.synced[m.MsgID.Int64()] = true
-		}
-	}
-}
-
-// has reports whether the device got id by push or sync.
-func (d *killDevice) has(id int64) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.pushed[id] > 0 || d.synced[id]
-}
-
-// sendSteadily sends one message every interval until stop closes: to
-// peer, or to group gid when peer is 0. A send that is not acknowledged
-// (its answer lost with a killed process, 50301s past the client's
-// attempts) is sent again with the same client_msg_id, as an app does,
-// until acked; nothing is given up, so every message ends acked once.
-func (d *killDevice) sendSteadily(t *testing.T, peer, gid int64, interval time.Duration, stop <-chan struct{}) {
-	for i := 0; ; i++ {
-		select {
-		case <-stop:
-			return
-		case <-time.After(interval):
-		}
-		id := fmt.Sprintf("kill-%d-%d-%d", d.userID, peer, i)
-		req := sendTo(peer, id, text(t, id))
-		if peer == 0 {
-			req = sendToGroup(gid, id, text(t, id))
-		}
-		deadline := time.Now().Add(60 * time.Second)
-		for attempt := 0; ; attempt++ {
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			began := time.Now()
-			ack, err := d.sess.Send(ctx, req)
-			waited := time.Since(began)
-			cancel()
-			d.mu.Lock()
-			d.slowest = max(d.slowest, waited)
-			d.attempts = append(d.attempts, sendAttempt{began: began, answered: began.Add(waited), acked: err == nil})
-			d.mu.Unlock()
-			if err == nil {
-				d.mu.Lock()
-				d.acked[id] = ack.MsgID.Int64()
-				d.ackedAt[id] = time.Now()
-				d.to[id] = peer
-				d.resends += attempt
-				d.mu.Unlock()
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("user %d: %s not acked within a minute of retries: %v", d.userID, id, err)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-}
-
-// sendAttempt is one Session.Send: when it began and was answered, and
-// whether the answer was the SEND_ACK.
-type sendAttempt struct {
-	began, answered time.Time
-	acked           bool
-}
-
 // killLoad is the steady load of a kill test: P2P pairs across the two
 // gates, both ways, and a group whose first members also send to it.
 type killLoad struct {
 	c       *framework.Cluster
-	devs    []*killDevice
+	devs    []*sessionDevice
 	members []int64 // the group's members
 	gid     int64
 	stop    chan struct{}
@@ -163,7 +31,7 @@ func startKillLoad(t *testing.T, ctx context.Context, c *framework.Cluster, base
 	t.Helper()
 	l := &killLoad{c: c, stop: make(chan struct{})}
 	for i := range pairs {
-		l.devs = append(l.devs, startKillDevice(t, c, base+int64(i), addrsA), startKillDevice(t, c, base+100+int64(i), addrsB))
+		l.devs = append(l.devs, startSessionDevice(t, c, base+int64(i), addrsA), startSessionDevice(t, c, base+100+int64(i), addrsB))
 	}
 	for _, d := range l.devs {
 		if _, err := d.sess.Conn(ctx); err != nil {
@@ -205,7 +73,7 @@ func (l *killLoad) finish() {
 
 // recipients are the users a message of d reaches: peer, or for a
 // group message (peer 0) every other member.
-func (l *killLoad) recipients(d *killDevice, peer int64) []int64 {
+func (l *killLoad) recipients(d *sessionDevice, peer int64) []int64 {
 	if peer != 0 {
 		return []int64{peer}
 	}
@@ -225,23 +93,12 @@ func (l *killLoad) recipients(d *killDevice, peer int64) []int64 {
 // returns how many messages were acked.
 func (l *killLoad) check(t *testing.T, ctx context.Context, pushOnly bool) int {
 	t.Helper()
-	byUser := map[int64]*killDevice{}
+	byUser := map[int64]*sessionDevice{}
 	for _, d := range l.devs {
 		byUser[d.userID] = d
-		if pushOnly {
-			continue
-		}
-		conn, err := d.sess.Conn(ctx)
-		if err != nil {
-			t.Fatalf("user %d: %v", d.userID, err)
-		}
-		res, err := d.runner.Sync(ctx, conn)
-		d.noteSync(res, err)
-		d.mu.Lock()
-		if len(d.syncErrs) > 0 {
-			t.Errorf("user %d: syncs failed: %v", d.userID, d.syncErrs)
-		}
-		d.mu.Unlock()
+	}
+	if !pushOnly {
+		finalSync(t, ctx, l.devs)
 	}
 	total, resends, missing := 0, 0, 0
 	for _, d := range l.devs {
@@ -274,7 +131,7 @@ func (l *killLoad) check(t *testing.T, ctx context.Context, pushOnly bool) int {
 	}
 	// Every row of the test's senders is an acked message: nothing was
 	// stored twice or without its ack.
-	if n := l.c.CountRows("SELECT COUNT(*) FROM t_messages WHERE client_msg_id LIKE 'kill-%'"); n != total {
+	if n := l.c.CountRows("SELECT COUNT(*) FROM t_messages WHERE client_msg_id LIKE 'steady-%'"); n != total {
 		t.Errorf("%d rows stored for %d acked messages", n, total)
 	}
 	t.Logf("%d acked messages (%d sends tried again with their client_msg_id), each stored once and at every recipient", total, resends)
@@ -522,7 +379,7 @@ func TestKillDeliverUnderLoadTheSurvivorTakesOverWithinTheBoundAndPushesEverythi
 }
 
 // byID returns the device of user u.
-func byID(devs []*killDevice, u int64) *killDevice {
+func byID(devs []*sessionDevice, u int64) *sessionDevice {
 	for _, d := range devs {
 		if d.userID == u {
 			return d
