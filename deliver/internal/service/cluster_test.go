@@ -12,11 +12,9 @@ import (
 
 	"github.com/sparkim/spark/deliver/internal/fanout"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
-	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/rediskey"
-	"github.com/sparkim/spark/pkg/route"
 	"github.com/sparkim/spark/pkg/testredis"
 )
 
@@ -38,19 +36,7 @@ func TestQueueLeasesAndFanOutWorkOnRedisCluster(t *testing.T) {
 	if n, err := testredis.Masters(ctx, rdb, streams...); err != nil || n != testredis.ClusterMasters {
 		t.Fatalf("the %d streams are on %d masters (%v), want all %d", partitions, n, err, testredis.ClusterMasters)
 	}
-	g1 := gatetest.Start(t, rdb, "g1", secret)
-	g2 := gatetest.Start(t, rdb, "g2", secret)
-	for uid, devs := range map[int64]map[string]route.Entry{
-		1: {"phone": {GateID: "g1", ConnID: 1, SinceMs: 1}, "pad": {GateID: "g2", ConnID: 2, SinceMs: 1}},
-		2: {"a": {GateID: "g1", ConnID: 3, SinceMs: 1}, "gone": {GateID: "g1", ConnID: 4, SinceMs: 1}},
-	} {
-		for dev, e := range devs {
-			if err := rdb.HSet(ctx, rediskey.Route(uid), dev, e.String()).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	g1.SetMissing(4)
+	g1, g2 := startRoutedGates(t, ctx, rdb)
 	newFanout := func() *fanout.Fanout {
 		pool := gateclient.New(rdb, secret, time.Minute)
 		t.Cleanup(func() { _ = pool.Close() })

@@ -168,9 +168,11 @@ func pending(t *testing.T, rdb redis.UniversalClient) int64 {
 	return n
 }
 
-func TestFanOutThroughQueue(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
-	ctx := context.Background()
+// startRoutedGates starts gates g1 and g2 and routes user 1's phone to g1
+// and pad to g2, user 2's "a" to g1 and "gone" to a connection g1 reports
+// missing (a stale route).
+func startRoutedGates(t *testing.T, ctx context.Context, rdb redis.Cmdable) (*gatetest.Gate, *gatetest.Gate) {
+	t.Helper()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	g2 := gatetest.Start(t, rdb, "g2", secret)
 	for uid, devs := range map[int64]map[string]route.Entry{
@@ -184,6 +186,13 @@ func TestFanOutThroughQueue(t *testing.T) {
 		}
 	}
 	g1.SetMissing(4)
+	return g1, g2
+}
+
+func TestFanOutThroughQueue(t *testing.T) {
+	rdb := gatetest.Redis(t, testDB)
+	ctx := context.Background()
+	g1, g2 := startRoutedGates(t, ctx, rdb)
 
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
