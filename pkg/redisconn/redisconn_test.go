@@ -3,7 +3,6 @@ package redisconn
 import (
 	"context"
 	"fmt"
-	"net"
 	"testing"
 	"time"
 
@@ -93,36 +92,6 @@ func TestOpenReachesKeysOnEveryClusterMasterAndASingleServer(t *testing.T) {
 	}
 }
 
-// hungRedis returns the address of a server that accepts connections and
-// never answers, as a hung or partitioned Redis does.
-func hungRedis(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var held []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c)
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
-
 // A command to a Redis that never answers ends at its context's deadline,
 // not after go-redis's own read timeouts and retries: logic's enqueue
 // budget relies on it (docs/decisions.md 72).
@@ -132,8 +101,10 @@ func TestOpenedClientEndsCommandsAtTheDeadlineWhenRedisHangs(t *testing.T) {
 		name string
 		cfg  func(t *testing.T) config.Redis
 	}{
-		{"single server", func(t *testing.T) config.Redis { return config.Redis{Addr: hungRedis(t)} }},
-		{"cluster", func(t *testing.T) config.Redis { return config.Redis{Addrs: []string{hungRedis(t), hungRedis(t)}} }},
+		{"single server", func(t *testing.T) config.Redis { return config.Redis{Addr: testredis.HungAddr(t)} }},
+		{"cluster", func(t *testing.T) config.Redis {
+			return config.Redis{Addrs: []string{testredis.HungAddr(t), testredis.HungAddr(t)}}
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

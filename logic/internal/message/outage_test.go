@@ -12,6 +12,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
+	"github.com/sparkim/spark/pkg/testredis"
 )
 
 // deadRedisAddr returns the address of a Redis that is down: "refused" is
@@ -19,34 +20,15 @@ import (
 // stopped or partitioned server).
 func deadRedisAddr(t *testing.T, mode string) string {
 	t.Helper()
+	if mode == "hung" {
+		return testredis.HungAddr(t)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := ln.Addr().String()
-	if mode == "refused" {
-		_ = ln.Close()
-		return addr
-	}
-	var held []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			held = append(held, c) // read nothing, answer nothing
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		<-done
-		for _, c := range held {
-			_ = c.Close()
-		}
-	})
+	_ = ln.Close()
 	return addr
 }
 
