@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -177,7 +178,56 @@ func (m *MySQL) freeze(sig syscall.Signal) error {
 	if err := cmd.Process.Signal(sig); err != nil {
 		return fmt.Errorf("mysql on %s: %v: %w", m.Addr, sig, err)
 	}
-	return nil
+	if sig != syscall.SIGSTOP {
+		return nil
+	}
+	// kill(2) returns before the stop takes hold: one thread must be
+	// scheduled to begin the group stop, and on a busy machine a
+	// connection thread can answer a query meanwhile. Pause returns only
+	// once every thread is stopped.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		stopped, err := allThreadsStopped(cmd.Process.Pid)
+		if err != nil {
+			return fmt.Errorf("mysql on %s: %w", m.Addr, err)
+		}
+		if stopped {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mysql on %s: not every thread stopped within 5s of SIGSTOP", m.Addr)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// allThreadsStopped reports whether every thread of pid is in the stopped
+// state ('T') according to /proc.
+func allThreadsStopped(pid int) (bool, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false, fmt.Errorf("threads of %d: %w", pid, err)
+	}
+	for _, task := range tasks {
+		stat, err := os.ReadFile(filepath.Join(dir, task.Name(), "stat"))
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // the thread ended
+			}
+			return false, fmt.Errorf("thread %s of %d: %w", task.Name(), pid, err)
+		}
+		// The state follows the parenthesised command name, which may
+		// itself hold spaces or parentheses.
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 || i+2 >= len(stat) {
+			return false, fmt.Errorf("thread %s of %d: unparsable stat %q", task.Name(), pid, stat)
+		}
+		if stat[i+2] != 'T' {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // Running reports whether the server process is alive.
