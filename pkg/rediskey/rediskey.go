@@ -47,16 +47,23 @@ func MachineLease(machineID int) string { return Prefix + "msgid:machine:" + str
 // DeliverGroup is the consumer group of the deliver streams.
 const DeliverGroup = "deliver"
 
-// Partition maps a conversation to its deliver partition.
+// Partition maps a conversation to its deliver partition: a 64-bit mix
+// of the id, modulo partitions. Conversation ids are MsgIds, whose low
+// bits are the issuing logic's machine id, so the id itself modulo
+// partitions would put every conversation one logic created into one
+// partition (decision 77).
 func Partition(conversationID int64, partitions int) int {
 	if partitions <= 1 {
 		return 0
 	}
-	p := conversationID % int64(partitions)
-	if p < 0 {
-		p = -p
-	}
-	return int(p)
+	// splitmix64's finaliser: every input bit moves every output bit.
+	x := uint64(conversationID)
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return int(x % uint64(partitions))
 }
 
 // The rate-limit keys (logic/internal/ratelimit) share the client

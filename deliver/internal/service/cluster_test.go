@@ -65,14 +65,14 @@ func TestQueueLeasesAndFanOutWorkOnRedisCluster(t *testing.T) {
 		return n == 0 && pending(t, rdb) == 0
 	}
 	// One job per partition, so every stream and every master is used.
-	for conv := int64(0); conv < partitions; conv++ {
+	for _, conv := range convPerPartition() {
 		enqueue(t, rdb, conv, 1000+conv, fmt.Sprintf(`{"msg_id":"%d"}`, 1000+conv))
 	}
 	if p1, p2 := g1.WaitPushes(partitions, 10*time.Second), g2.WaitPushes(partitions, 10*time.Second); len(p1) != partitions || len(p2) != partitions {
 		t.Fatalf("pushes g1=%d g2=%d, want %d each (one per gate per job)", len(p1), len(p2), partitions)
 	}
 	eventually(t, 10*time.Second, "every stream drained and acked", drained)
-	for conv := int64(0); conv < partitions; conv++ {
+	for _, conv := range convPerPartition() {
 		p := rediskey.Partition(conv, partitions)
 		if n, err := rdb.Exists(ctx, rediskey.DeliverDone(p, 1000+conv)).Result(); err != nil || n != 1 {
 			t.Fatalf("done marker of job %d on partition %d: %d, %v", 1000+conv, p, n, err)
@@ -91,7 +91,7 @@ func TestQueueLeasesAndFanOutWorkOnRedisCluster(t *testing.T) {
 
 	a.stop()
 	eventually(t, 10*time.Second, "b owns every partition", func() bool { return len(b.svc.Owned()) == partitions })
-	for conv := int64(0); conv < partitions; conv++ {
+	for _, conv := range convPerPartition() {
 		enqueue(t, rdb, conv, 2000+conv, fmt.Sprintf(`{"msg_id":"%d"}`, 2000+conv))
 	}
 	if p1 := g1.WaitPushes(2*partitions, 10*time.Second); len(p1) != 2*partitions {

@@ -53,7 +53,7 @@ func TestRedisOutageLosesNothing(t *testing.T) {
 	in := start(t, rdb, "d1", rec)
 	enqueued := map[int64]bool{}
 	enqueueRound := func(base int64) {
-		for conv := int64(0); conv < partitions; conv++ {
+		for _, conv := range convPerPartition() {
 			enqueue(t, rdb, conv, base+conv, `{}`)
 			enqueued[base+conv] = true
 		}

@@ -155,6 +155,26 @@ func enqueue(t *testing.T, rdb redis.UniversalClient, conv, msgID int64, data st
 	}
 }
 
+// convIn returns the smallest conversation id above 0 whose jobs go to
+// partition p.
+func convIn(p int) int64 {
+	for conv := int64(1); ; conv++ {
+		if rediskey.Partition(conv, partitions) == p {
+			return conv
+		}
+	}
+}
+
+// convPerPartition returns one conversation id per partition, in
+// partition order, so a job on each uses every stream.
+func convPerPartition() []int64 {
+	convs := make([]int64, partitions)
+	for p := range convs {
+		convs[p] = convIn(p)
+	}
+	return convs
+}
+
 func pending(t *testing.T, rdb redis.UniversalClient) int64 {
 	t.Helper()
 	var n int64
@@ -200,7 +220,8 @@ func TestFanOutThroughQueue(t *testing.T) {
 	fo := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
 
 	// Jobs enqueued before deliver starts are kept (group created from 0).
-	const conv, n = 32, 20 // conv 32 → partition 0
+	const n = 20
+	conv := convIn(0)
 	for i := int64(1); i <= n/2; i++ {
 		enqueue(t, rdb, conv, i, fmt.Sprintf(`{"msg_id":"%d"}`, i))
 	}
@@ -274,14 +295,14 @@ func TestFairShareAndGracefulHandOver(t *testing.T) {
 			t.Fatalf("partition %d owned twice: a=%v b=%v", p, oa, ob)
 		}
 	}
-	for conv := int64(0); conv < partitions; conv++ {
+	for _, conv := range convPerPartition() {
 		enqueue(t, rdb, conv, 100+conv, `{}`)
 	}
 	eventually(t, 5*time.Second, "jobs processed by both", func() bool { return ra.total()+rb.total() == partitions })
 
 	a.stop()
 	eventually(t, 5*time.Second, "b owns all partitions", func() bool { return len(b.svc.Owned()) == partitions })
-	for conv := int64(0); conv < partitions; conv++ {
+	for _, conv := range convPerPartition() {
 		enqueue(t, rdb, conv, 200+conv, `{}`)
 	}
 	eventually(t, 5*time.Second, "b processes every partition", func() bool { return rb.total() == len(ob)+partitions })
@@ -312,7 +333,7 @@ func TestTakeoverFromCrashedInstance(t *testing.T) {
 	}
 	const perPartition = 3
 	for i := int64(1); i <= perPartition; i++ {
-		for conv := int64(0); conv < partitions; conv++ {
+		for _, conv := range convPerPartition() {
 			enqueue(t, rdb, conv, i*1000+conv, `{}`)
 		}
 	}
@@ -323,7 +344,7 @@ func TestTakeoverFromCrashedInstance(t *testing.T) {
 		}
 	}
 	// One more job per partition that nobody read yet.
-	for conv := int64(0); conv < partitions; conv++ {
+	for _, conv := range convPerPartition() {
 		enqueue(t, rdb, conv, 9000+conv, `{}`)
 	}
 	if got := pending(t, rdb); got != partitions*perPartition {
@@ -371,7 +392,7 @@ func TestRedeliveredJobCountsOnce(t *testing.T) {
 	if err := rdb.HSet(ctx, rediskey.Route(2), "a", route.Entry{GateID: "g1", ConnID: 3, SinceMs: 1}.String()).Err(); err != nil {
 		t.Fatal(err)
 	}
-	const conv = 32 // partition 0
+	conv := convIn(0)
 	for uid, peer := range map[int64]int64{1: 2, 2: 1} {
 		if ok, err := dialog.WriteCold(ctx, rdb, uid, conv, "", dialog.State{Type: 1, PeerID: peer}); err != nil || !ok {
 			t.Fatalf("seed %d: %v %v", uid, ok, err)
