@@ -147,6 +147,8 @@ type Fanout struct {
 	mailboxPausedUntil atomic.Int64
 	// members expands group jobs (nil: group jobs are dropped).
 	members Members
+	// rounds merges the batches partitions hand in at the same time.
+	rounds rounds
 }
 
 // Members gives a group conversation's members at a member_version or
@@ -164,10 +166,12 @@ func New(rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Durat
 	if pushTimeout <= 0 {
 		pushTimeout = 3 * time.Second
 	}
-	return &Fanout{
+	f := &Fanout{
 		rdb: rdb, gates: gates, mailbox: mailbox, ids: envelope.NewIDSource(), pushTimeout: pushTimeout,
 		log: log, m: m, cad: redis.NewScript(route.CompareAndDeleteScript),
 	}
+	f.rounds.process = f.process
+	return f
 }
 
 // Process handles one job: a batch of one.
@@ -184,9 +188,12 @@ func (f *Fanout) jobLog(partition int, job *queuev1.DeliverJob) *zap.Logger {
 
 // task is one job of a batch on its way through ProcessBatch.
 type task struct {
-	job     *queuev1.DeliverJob
-	command uint32
-	message bool
+	job *queuev1.DeliverJob
+	// partition is the stream the job came from: its done marker lives
+	// there, and a round holds several partitions' jobs.
+	partition int
+	command   uint32
+	message   bool
 	// skip marks a job with nothing to do (duplicate, invalid, unknown).
 	skip   bool
 	body   []byte
@@ -196,21 +203,32 @@ type task struct {
 // ProcessBatch handles a partition's jobs, in stream order, as the jobs
 // one by one would be handled, with a few round trips for the whole batch:
 // one pipeline for done markers and routes, one for every list update, one
-// PushBatch per gate. A returned error is a Redis failure (or an armed
-// failpoint) before any push was sent; the caller retries the whole batch,
-// which is safe because list updates skip ids they applied. Push and
-// mailbox failures are not errors.
+// PushBatch per gate. Batches that several partitions hand in while a
+// round is running share the next round (round.go). A returned error is a
+// Redis failure (or an armed failpoint) before any push was sent; the
+// caller retries the whole batch, which is safe because list updates skip
+// ids they applied. Push and mailbox failures are not errors.
 func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev1.DeliverJob) error {
+	tasks, err := f.prepare(partition, jobs)
+	if err != nil {
+		return err
+	}
+	return f.rounds.run(ctx, tasks)
+}
+
+// prepare turns a partition's jobs into tasks, marking the ones with
+// nothing to do.
+func (f *Fanout) prepare(partition int, jobs []*queuev1.DeliverJob) ([]task, error) {
 	tasks := make([]task, len(jobs))
 	for i, job := range jobs {
 		if err := failpoint.Inject("deliver/job/beforePush"); err != nil {
-			return err
+			return nil, err
 		}
 		if ms := job.GetEnqueuedAtMs(); ms > 0 {
 			f.m.QueueLag.Observe(time.Since(time.UnixMilli(ms)).Seconds())
 		}
 		t := &tasks[i]
-		t.job = job
+		t.job, t.partition = job, partition
 		switch job.GetKind() {
 		case queuev1.JobKind_JOB_KIND_MESSAGE, queuev1.JobKind_JOB_KIND_UNSPECIFIED:
 			t.message, t.command = true, uint32(protocol.CmdMessage)
@@ -239,12 +257,17 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 			t.skip = true
 		}
 	}
+	return tasks, nil
+}
 
+// process runs the stages over tasks, which may hold several partitions'
+// jobs, each partition's in stream order.
+func (f *Fanout) process(ctx context.Context, tasks []task) error {
 	start := time.Now()
-	if err := f.expandGroups(ctx, partition, tasks); err != nil {
+	if err := f.expandGroups(ctx, tasks); err != nil {
 		return err
 	}
-	routes, err := f.lookup(ctx, partition, tasks)
+	routes, err := f.lookup(ctx, tasks)
 	if err != nil {
 		return err
 	}
@@ -252,10 +275,10 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 	start = time.Now()
 	// Lists first: a client that gets the push and syncs at once must find
 	// the conversation changed.
-	if err := f.applyLists(ctx, partition, tasks); err != nil {
+	if err := f.applyLists(ctx, tasks); err != nil {
 		return err
 	}
-	if err := f.memberWork(ctx, partition, tasks); err != nil {
+	if err := f.memberWork(ctx, tasks); err != nil {
 		return err
 	}
 	f.m.Since(metrics.StageLists, start)
@@ -267,7 +290,7 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 		}
 	}
 	start = time.Now()
-	if err := f.fanOut(ctx, partition, tasks, routes); err != nil {
+	if err := f.fanOut(ctx, tasks, routes); err != nil {
 		return err
 	}
 	f.m.Since(metrics.StagePush, start)
@@ -278,7 +301,7 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 		case t.skip:
 		case t.message:
 			f.m.Jobs.WithLabelValues(metrics.ResultPushed).Inc()
-			events = f.missedEvents(partition, events, t.job, t.missed)
+			events = f.missedEvents(events, t.partition, t.job, t.missed)
 		default:
 			f.m.Jobs.WithLabelValues(metrics.ResultSignal).Inc()
 		}
@@ -296,7 +319,7 @@ func (f *Fanout) ProcessBatch(ctx context.Context, partition int, jobs []*queuev
 // authorized against or newer. A member list that cannot be read fails the
 // batch, which is retried: a group message is never dropped for it. A
 // conversation that is no group's (dissolved and gone) is skipped.
-func (f *Fanout) expandGroups(ctx context.Context, partition int, tasks []task) error {
+func (f *Fanout) expandGroups(ctx context.Context, tasks []task) error {
 	for i := range tasks {
 		t := &tasks[i]
 		if t.skip || t.job.GetConversationType() != protocol.ConversationGroup || len(t.job.GetRecipients()) > 0 {
@@ -304,14 +327,14 @@ func (f *Fanout) expandGroups(ctx context.Context, partition int, tasks []task) 
 		}
 		if f.members == nil {
 			f.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
-			f.jobLog(partition, t.job).Warn("group job but no member source, dropped")
+			f.jobLog(t.partition, t.job).Warn("group job but no member source, dropped")
 			t.skip = true
 			continue
 		}
 		ids, err := f.members.Members(ctx, t.job.GetConversationId(), t.job.GetMemberVersion())
 		if status.Code(err) == codes.NotFound {
 			f.m.Jobs.WithLabelValues(metrics.ResultMalformed).Inc()
-			f.jobLog(partition, t.job).Warn("group job for a conversation that is no group's, dropped", zap.Error(err))
+			f.jobLog(t.partition, t.job).Warn("group job for a conversation that is no group's, dropped", zap.Error(err))
 			t.skip = true
 			continue
 		}
@@ -331,7 +354,7 @@ const pipelineChunk = 512
 // an earlier job of the batch with the same msg_id: a client retry enqueued
 // it twice) as skipped, and reads the routes of every recipient of the
 // batch, in one pipeline (chunked).
-func (f *Fanout) lookup(ctx context.Context, partition int, tasks []task) (map[int64]map[string]string, error) {
+func (f *Fanout) lookup(ctx context.Context, tasks []task) (map[int64]map[string]string, error) {
 	var uids []int64
 	seenUID := make(map[int64]struct{})
 	var checks []int // indexes of tasks whose done marker is read
@@ -357,7 +380,7 @@ func (f *Fanout) lookup(ctx context.Context, partition int, tasks []task) (map[i
 		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for k := lo; k < hi; k++ {
 				if k < len(checks) {
-					exists[k] = p.Exists(ctx, rediskey.DeliverDone(partition, tasks[checks[k]].job.GetMsgId()))
+					exists[k] = p.Exists(ctx, rediskey.DeliverDone(tasks[checks[k]].partition, tasks[checks[k]].job.GetMsgId()))
 				} else {
 					hgets[k-len(checks)] = p.HGetAll(ctx, rediskey.Route(uids[k-len(checks)]))
 				}
@@ -429,7 +452,7 @@ type listUpdate struct {
 // scripts. Redis runs a pipeline in order, so this is what the calls one
 // after another would do. Any failure fails the batch so it is retried
 // whole; the scripts already run skip the ids they applied.
-func (f *Fanout) applyLists(ctx context.Context, partition int, tasks []task) error {
+func (f *Fanout) applyLists(ctx context.Context, tasks []task) error {
 	var ups []listUpdate
 	for i := range tasks {
 		t := &tasks[i]
@@ -440,7 +463,7 @@ func (f *Fanout) applyLists(ctx context.Context, partition int, tasks []task) er
 		if len(uids) == 0 {
 			continue
 		}
-		pj, at, err := f.preview(partition, t.job)
+		pj, at, err := f.preview(t.partition, t.job)
 		if err != nil {
 			return fmt.Errorf("fanout: update conversation lists: %w", err)
 		}
@@ -566,7 +589,7 @@ type gateWork struct {
 // called in parallel. It records in each task the targets a live gate
 // could not take: the ones it dropped and all of a gate whose call failed.
 // An error is a Redis failure before any push.
-func (f *Fanout) fanOut(ctx context.Context, partition int, tasks []task, routes map[int64]map[string]string) error {
+func (f *Fanout) fanOut(ctx context.Context, tasks []task, routes map[int64]map[string]string) error {
 	stale := newStaleSet()
 	var order []string
 	byGate := make(map[string]*gateWork)
@@ -632,7 +655,7 @@ func (f *Fanout) fanOut(ctx context.Context, partition int, tasks []task, routes
 	)
 	for _, w := range works {
 		wg.Go(func() {
-			missed, missing := f.pushGate(ctx, partition, w, tasks)
+			missed, missing := f.pushGate(ctx, w, tasks)
 			mu.Lock()
 			defer mu.Unlock()
 			for k, m := range missed {
@@ -670,7 +693,7 @@ func (s *staleSet) add(st Stale) bool {
 
 // missedEvents appends one MISSED_MESSAGE mailbox event per missed target
 // of a MESSAGE job.
-func (f *Fanout) missedEvents(partition int, events []*logicv1.MailboxEvent, job *queuev1.DeliverJob, missed []Target) []*logicv1.MailboxEvent {
+func (f *Fanout) missedEvents(events []*logicv1.MailboxEvent, partition int, job *queuev1.DeliverJob, missed []Target) []*logicv1.MailboxEvent {
 	if len(missed) == 0 || f.mailbox == nil {
 		return events
 	}
@@ -719,8 +742,8 @@ func (f *Fanout) recordMissed(ctx context.Context, events []*logicv1.MailboxEven
 // per item, the targets it could not hand to a live connection (dropped, or
 // all of them when the call failed), and the targets it reported missing
 // (offline: their routes are removed).
-func (f *Fanout) pushGate(ctx context.Context, partition int, w *gateWork, tasks []task) (missed [][]Target, missing []Stale) {
-	log := f.log.With(zap.String("gate_id", w.gateID), zap.String("push_addr", w.addr), zap.Int("partition", partition))
+func (f *Fanout) pushGate(ctx context.Context, w *gateWork, tasks []task) (missed [][]Target, missing []Stale) {
+	log := f.log.With(zap.String("gate_id", w.gateID), zap.String("push_addr", w.addr))
 	missed = make([][]Target, len(w.items))
 	failAll := func() {
 		for k, it := range w.items {

@@ -18,7 +18,7 @@ import (
 // It runs before the pushes and before the ack; any failure fails the
 // batch, which is retried whole: invalidating twice and a second copy of
 // the event are harmless (a device applies a recall once).
-func (f *Fanout) memberWork(ctx context.Context, partition int, tasks []task) error {
+func (f *Fanout) memberWork(ctx context.Context, tasks []task) error {
 	for i := range tasks {
 		t := &tasks[i]
 		typ := t.job.GetMailboxEventType()
@@ -33,7 +33,7 @@ func (f *Fanout) memberWork(ctx context.Context, partition int, tasks []task) er
 			}
 		}
 		if f.mailbox == nil {
-			f.jobLog(partition, t.job).Warn("no mailbox: the members' events are not recorded", zap.Int("members", len(uids)))
+			f.jobLog(t.partition, t.job).Warn("no mailbox: the members' events are not recorded", zap.Int("members", len(uids)))
 			continue
 		}
 		events := make([]*logicv1.MailboxEvent, 0, min(len(uids), mailboxChunk))
