@@ -330,10 +330,10 @@ func stageSample(stage, part string) string {
 	return fmt.Sprintf(`deliver_batch_stage_seconds_%s{stage="%s"}`, part, stage)
 }
 
-// addStages reports the mean time a batch spent in each of deliver's
-// stages over the window: with one loop per partition doing them one
-// after another, they say whether deliver waits on Redis, the gates or
-// logic when it falls behind.
+// addStages reports the mean time spent in each of deliver's stages over
+// the window, per partition batch (read, ack) or per round of several
+// partitions' batches (lookup, lists, push, mailbox): they say whether
+// deliver waits on Redis, the gates or logic when it falls behind.
 func addStages(res *Result, before, after map[string]float64) {
 	var parts []string
 	for _, st := range deliverStages {
@@ -342,11 +342,15 @@ func addStages(res *Result, before, after map[string]float64) {
 			continue
 		}
 		mean := (after[stageSample(st, "sum")] - before[stageSample(st, "sum")]) / n * 1000
-		res.add("deliver batch stage "+st+": mean per batch", mean, "ms")
+		unit := "round"
+		if st == "read" || st == "ack" {
+			unit = "partition batch"
+		}
+		res.add("deliver stage "+st+": mean per "+unit, mean, "ms")
 		parts = append(parts, fmt.Sprintf("%s %.2f ms × %.0f", st, mean, n))
 	}
 	if len(parts) > 0 {
-		res.note("deliver's batch stages over the window (mean × batches): %s", strings.Join(parts, "; "))
+		res.note("deliver's stages over the window (mean × partition batches for read and ack, × rounds for the rest): %s", strings.Join(parts, "; "))
 	}
 }
 

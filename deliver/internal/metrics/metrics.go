@@ -36,8 +36,9 @@ const (
 	MailboxSkipped = "skipped"
 )
 
-// Stages of a batch for Metrics.Stage: one partition's loop runs them one
-// after another, so their means say where a batch's time goes.
+// Stages of a batch for Metrics.Stage: read and ack are one partition's
+// batch; lookup, lists, push and mailbox one round, which may hold several
+// partitions' batches (fanout.rounds). Their means say where the time goes.
 const (
 	// StageRead: XREADGROUP or XAUTOCLAIM calls that returned jobs.
 	StageRead = "read"
@@ -98,7 +99,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: "deliver", Name: "batch_stage_seconds",
-			Help:    "Time one partition's batch spent in a stage (read, lookup, lists, push, mailbox, ack).",
+			Help:    "Time spent in a stage: by one partition's batch (read, ack) or by one round of several partitions' batches (lookup, lists, push, mailbox).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"stage"}),
 		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
