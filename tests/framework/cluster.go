@@ -112,7 +112,10 @@ func NewCluster(t testing.TB, o Options) *Cluster {
 		t.Fatal(err)
 	}
 	c := &Cluster{t: t, Bins: bins}
-	c.Redis = StartRedis(t)
+	// A Redis Cluster's nodes start now and join after the database is
+	// made: their 2 s writable delay passes meanwhile.
+	var redisReady func()
+	c.Redis, redisReady = launchRedis(t)
 	if o.PrivateMySQL {
 		c.MySQL = StartMySQL(t)
 	}
@@ -136,6 +139,7 @@ deliver:
 		t.Fatal(err)
 	}
 	c.migrate()
+	redisReady()
 
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
 	var logicAddrs []string

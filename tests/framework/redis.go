@@ -33,14 +33,24 @@ type Redis struct {
 // StartRedis starts the private Redis that RedisModeEnv asks for.
 func StartRedis(t testing.TB) *Redis {
 	t.Helper()
+	r, ready := launchRedis(t)
+	ready()
+	return r
+}
+
+// launchRedis starts the private Redis that RedisModeEnv asks for and
+// returns ready, which waits until it serves: a cluster's nodes are
+// joined then (launchRedisCluster), so other set-up can run meanwhile.
+func launchRedis(t testing.TB) (r *Redis, ready func()) {
+	t.Helper()
 	switch mode := os.Getenv(RedisModeEnv); mode {
 	case "", "single":
-		return StartSingleRedis(t)
+		return StartSingleRedis(t), func() {}
 	case "cluster":
-		return StartRedisCluster(t)
+		return launchRedisCluster(t)
 	default:
 		t.Fatalf("%s=%q: want single or cluster", RedisModeEnv, mode)
-		return nil
+		return nil, nil
 	}
 }
 

@@ -19,8 +19,20 @@ import (
 // Redis away and bring it back as with a single server.
 func StartRedisCluster(t testing.TB) *Redis {
 	t.Helper()
+	r, form := launchRedisCluster(t)
+	form()
+	return r
+}
+
+// launchRedisCluster starts the nodes of a private Redis Cluster and
+// returns form, which joins them and waits for cluster_state:ok. A master
+// turns ok no sooner than 2 s after it started (Redis's writable delay,
+// not configurable), so a caller with other set-up to do does it between
+// the two and the delay passes meanwhile.
+func launchRedisCluster(t testing.TB) (r *Redis, form func()) {
+	t.Helper()
 	bin := redisServer(t)
-	r := &Redis{}
+	r = &Redis{}
 	for i := range testredis.ClusterMasters {
 		port, bus := FreePort(t), FreePort(t)
 		addr := "127.0.0.1:" + strconv.Itoa(port)
@@ -30,20 +42,24 @@ func StartRedisCluster(t testing.TB) *Redis {
 	}
 	r.Addr = r.Addrs[0]
 	t.Cleanup(func() { _ = r.Kill() })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	for i, p := range r.procs {
+	for _, p := range r.procs {
 		if _, err := p.Launch(); err != nil {
 			t.Fatal(err)
 		}
-		if err := waitRedisPing(ctx, r.Addrs[i]); err != nil {
-			t.Fatalf("%v\n%s", err, p.Tail(20))
+	}
+	return r, func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		for i, p := range r.procs {
+			if err := waitRedisPing(ctx, r.Addrs[i]); err != nil {
+				t.Fatalf("%v\n%s", err, p.Tail(20))
+			}
+		}
+		if err := testredis.CreateCluster(ctx, r.Addrs); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if err := testredis.CreateCluster(ctx, r.Addrs); err != nil {
-		t.Fatal(err)
-	}
-	return r
 }
 
 func waitClusterOK(ctx context.Context, addrs []string) error {
