@@ -552,3 +552,42 @@ func TestSendClientMsgIDConcurrent(t *testing.T) {
 	}
 	t.Logf("%d sends, %d client ids replaced", senders*each, replaced)
 }
+
+// TestSendSpreadsOneLogicsConversationsOverThePartitions sends from one
+// logic (one machine id) into 64 new conversations: their ids share their
+// low bits, and their deliver jobs must still land on most partitions
+// (decision 77), each on the stream its conversation maps to. With the
+// id itself modulo the partition count they all landed on one.
+func TestSendSpreadsOneLogicsConversationsOverThePartitions(t *testing.T) {
+	e := newEnv(t)
+	svc, _ := e.service(t, 29, message.Config{})
+	u := e.users(t, 65)
+	ctx := context.Background()
+	from := message.Sender{UserID: u[0], DeviceID: "phone"}
+	used := map[int]int{}
+	for i, peer := range u[1:] {
+		ack, err := svc.Send(ctx, from, sendReq(body("to_user_id", peer, "client_msg_id", fmt.Sprintf("spread-%d", i),
+			"message_type", 1, "content", text("hi"))))
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		b, _ := json.Marshal(ack)
+		var a struct {
+			MsgID          json.Number `json:"msg_id"`
+			ConversationID json.Number `json:"conversation_id"`
+		}
+		if err := json.Unmarshal(b, &a); err != nil {
+			t.Fatal(err)
+		}
+		conv, _ := a.ConversationID.Int64()
+		id, _ := a.MsgID.Int64()
+		if n := e.jobs(t, conv, id); n != 1 {
+			t.Fatalf("send %d: %d jobs on conversation %d's partition, want 1", i, n, conv)
+		}
+		used[rediskey.Partition(conv, partitions)]++
+	}
+	if len(used) < partitions/2 {
+		t.Fatalf("64 conversations of one logic used %d of %d partitions (%v), want at least %d",
+			len(used), partitions, used, partitions/2)
+	}
+}
