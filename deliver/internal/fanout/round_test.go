@@ -3,6 +3,7 @@ package fanout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -70,41 +71,58 @@ func TestRoundsRunALoneBatchAtOnceOnItsOwn(t *testing.T) {
 	}
 }
 
-// TestRoundsQueuedBatchesShareOneRound fills both round slots with held
-// rounds, hands in three partitions' batches, then releases: the three
-// must be processed as one round, each partition's jobs contiguous and in
-// stream order.
-func TestRoundsQueuedBatchesShareOneRound(t *testing.T) {
-	var log roundLog
-	release := make(chan struct{})
-	var r rounds
+// holdBoth fills both round slots with rounds of partitions 8 and 9 that
+// wait for release, so batches handed in meanwhile queue; other rounds
+// are processed by then. release lets the held rounds finish and waits
+// for their callers.
+func holdBoth(t *testing.T, then func([]task) error) (r *rounds, log *roundLog, release func()) {
+	t.Helper()
+	r, log = &rounds{}, &roundLog{}
+	held := make(chan struct{})
 	r.process = func(ctx context.Context, tasks []task) error {
 		log.add(tasks)
 		if tasks[0].partition >= 8 {
-			<-release
+			<-held
+			return nil
 		}
-		return nil
+		return then(tasks)
 	}
 	var wg sync.WaitGroup
-	run := func(p, n int) {
+	for _, p := range []int{8, 9} {
+		wg.Go(func() { _ = r.run(context.Background(), batchOf(p, 1)) })
+	}
+	waitFor(t, "two held rounds", func() bool { return len(log.get()) == 2 })
+	return r, log, func() {
+		close(held)
+		wg.Wait()
+	}
+}
+
+// waitQueued waits until n batches are queued for a round.
+func waitQueued(t *testing.T, r *rounds, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d batches queued", n), func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.queue) == n
+	})
+}
+
+// TestRoundsQueuedBatchesShareOneRound hands in three partitions'
+// batches while both round slots are held: the three must be processed
+// as one round, each partition's jobs contiguous and in stream order.
+func TestRoundsQueuedBatchesShareOneRound(t *testing.T) {
+	r, log, release := holdBoth(t, func([]task) error { return nil })
+	var wg sync.WaitGroup
+	for _, pn := range [][2]int{{1, 2}, {2, 3}, {3, 1}} {
 		wg.Go(func() {
-			if err := r.run(context.Background(), batchOf(p, n)); err != nil {
-				t.Errorf("partition %d: %v", p, err)
+			if err := r.run(context.Background(), batchOf(pn[0], pn[1])); err != nil {
+				t.Errorf("partition %d: %v", pn[0], err)
 			}
 		})
 	}
-	run(8, 1)
-	run(9, 1)
-	waitFor(t, "two held rounds", func() bool { return len(log.get()) == 2 })
-	run(1, 2)
-	run(2, 3)
-	run(3, 1)
-	waitFor(t, "three batches queued", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return len(r.queue) == 3
-	})
-	close(release)
+	waitQueued(t, r, 3)
+	release()
 	wg.Wait()
 	got := log.get()
 	if len(got) != 3 {
@@ -132,37 +150,21 @@ func TestRoundsQueuedBatchesShareOneRound(t *testing.T) {
 // on their own retry, and only the failing batch gets the error.
 func TestRoundsRetryEachBatchAloneWhenTheMergedRoundFails(t *testing.T) {
 	bad := errors.New("member list unreadable")
-	release := make(chan struct{})
-	var r rounds
-	var log roundLog
-	r.process = func(ctx context.Context, tasks []task) error {
-		log.add(tasks)
-		if tasks[0].partition >= 8 {
-			<-release
-			return nil
-		}
+	r, log, release := holdBoth(t, func(tasks []task) error {
 		for _, tk := range tasks {
 			if tk.partition == 2 {
 				return bad
 			}
 		}
 		return nil
-	}
+	})
 	var wg sync.WaitGroup
 	results := make([]error, 4)
-	for _, p := range []int{8, 9} {
-		wg.Go(func() { _ = r.run(context.Background(), batchOf(p, 1)) })
-	}
-	waitFor(t, "two held rounds", func() bool { return len(log.get()) == 2 })
 	for _, p := range []int{1, 2, 3} {
 		wg.Go(func() { results[p] = r.run(context.Background(), batchOf(p, 2)) })
 	}
-	waitFor(t, "three batches queued", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return len(r.queue) == 3
-	})
-	close(release)
+	waitQueued(t, r, 3)
+	release()
 	wg.Wait()
 	for p, want := range map[int]error{1: nil, 2: bad, 3: nil} {
 		if !errors.Is(results[p], want) {
@@ -179,35 +181,16 @@ func TestRoundsRetryEachBatchAloneWhenTheMergedRoundFails(t *testing.T) {
 // partition that must stop (lease lost) before its batch was taken gets
 // its context's error and the batch is never processed.
 func TestRoundsWithdrawABatchWhoseContextEndsWhileQueued(t *testing.T) {
-	release := make(chan struct{})
-	var r rounds
-	var log roundLog
-	r.process = func(ctx context.Context, tasks []task) error {
-		log.add(tasks)
-		if tasks[0].partition >= 8 {
-			<-release
-		}
-		return nil
-	}
-	var wg sync.WaitGroup
-	for _, p := range []int{8, 9} {
-		wg.Go(func() { _ = r.run(context.Background(), batchOf(p, 1)) })
-	}
-	waitFor(t, "two held rounds", func() bool { return len(log.get()) == 2 })
+	r, log, release := holdBoth(t, func([]task) error { return nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { errc <- r.run(ctx, batchOf(1, 1)) }()
-	waitFor(t, "the batch queued", func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return len(r.queue) == 1
-	})
+	waitQueued(t, r, 1)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("withdrawn batch: %v, want context.Canceled", err)
 	}
-	close(release)
-	wg.Wait()
+	release()
 	for _, round := range log.get() {
 		if slices.Contains(round, 101) {
 			t.Fatalf("the withdrawn batch was processed: %v", log.get())

@@ -110,6 +110,21 @@ func (e *env) jobs(t *testing.T, conv, msgID int64) int {
 	return n
 }
 
+// ackIDs reads the conversation and message ids of an encoded SEND_ACK.
+func ackIDs(t *testing.T, ack []byte) (conv, msgID int64) {
+	t.Helper()
+	var a struct {
+		MsgID          json.Number `json:"msg_id"`
+		ConversationID json.Number `json:"conversation_id"`
+	}
+	if err := json.Unmarshal(ack, &a); err != nil {
+		t.Fatal(err)
+	}
+	conv, _ = a.ConversationID.Int64()
+	msgID, _ = a.MsgID.Int64()
+	return conv, msgID
+}
+
 func body(kv ...any) []byte {
 	m := map[string]any{}
 	for i := 0; i < len(kv); i += 2 {
@@ -218,15 +233,7 @@ func TestSendIdempotency(t *testing.T) {
 			t.Fatalf("ack %d = %s, want %s", i, acks[i], acks[0])
 		}
 	}
-	var a struct {
-		MsgID          json.Number `json:"msg_id"`
-		ConversationID json.Number `json:"conversation_id"`
-	}
-	if err := json.Unmarshal(acks[0], &a); err != nil {
-		t.Fatal(err)
-	}
-	conv, _ := a.ConversationID.Int64()
-	id, _ := a.MsgID.Int64()
+	conv, id := ackIDs(t, acks[0])
 	var rows int
 	if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE conversation_id = ?", conv); err != nil || rows != 1 {
 		t.Fatalf("%d rows (%v), want 1", rows, err)
@@ -572,15 +579,7 @@ func TestSendSpreadsOneLogicsConversationsOverThePartitions(t *testing.T) {
 			t.Fatalf("send %d: %v", i, err)
 		}
 		b, _ := json.Marshal(ack)
-		var a struct {
-			MsgID          json.Number `json:"msg_id"`
-			ConversationID json.Number `json:"conversation_id"`
-		}
-		if err := json.Unmarshal(b, &a); err != nil {
-			t.Fatal(err)
-		}
-		conv, _ := a.ConversationID.Int64()
-		id, _ := a.MsgID.Int64()
+		conv, id := ackIDs(t, b)
 		if n := e.jobs(t, conv, id); n != 1 {
 			t.Fatalf("send %d: %d jobs on conversation %d's partition, want 1", i, n, conv)
 		}
