@@ -414,7 +414,7 @@ var defaults = map[string]any{
 	"logic.rate_limit.auth_block":          5 * time.Minute,
 	"logic.recall_window":                  2 * time.Minute,
 	"logic.commit_workers":                 4, // = message.DefaultCommitWorkers
-	"logic.commit_batch":                   64,
+	"logic.commit_batch":                   256,
 	"logic.group_max_members":              10000,
 	"logic.max_frame_size":                 64 << 10,
 	"logic.p2p_policy":                     P2POpen,

@@ -22,7 +22,7 @@ import (
 // Group-commit defaults (logic.commit_workers, logic.commit_batch).
 const (
 	DefaultCommitWorkers = 4
-	DefaultCommitBatch   = 64
+	DefaultCommitBatch   = 256
 )
 
 // maxBatchContent bounds the content bytes of one batch, so a batch of
