@@ -148,7 +148,7 @@ type Fanout struct {
 	// members expands group jobs (nil: group jobs are dropped).
 	members Members
 	// rounds merges the batches partitions hand in at the same time.
-	rounds rounds
+	rounds *rounds
 }
 
 // Members gives a group conversation's members at a member_version or
@@ -170,7 +170,7 @@ func New(rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Durat
 		rdb: rdb, gates: gates, mailbox: mailbox, ids: envelope.NewIDSource(), pushTimeout: pushTimeout,
 		log: log, m: m, cad: redis.NewScript(route.CompareAndDeleteScript),
 	}
-	f.rounds.process = f.process
+	f.rounds = newRounds(f.process)
 	return f
 }
 

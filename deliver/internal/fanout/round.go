@@ -2,9 +2,10 @@ package fanout
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sparkim/spark/pkg/batch"
 )
 
 // maxRounds is how many rounds may run at once: one waiting on Redis or
@@ -30,10 +31,15 @@ const maxRoundTasks = 1024
 // in order; jobs of different partitions are of different conversations.
 type rounds struct {
 	process func(context.Context, []task) error
+	handIns batch.Coalescer[*handIn]
+}
 
-	mu      sync.Mutex
-	queue   []*handIn
-	running int
+// newRounds returns rounds that run process over each round's tasks.
+func newRounds(process func(context.Context, []task) error) *rounds {
+	r := &rounds{process: process}
+	r.handIns = batch.Coalescer[*handIn]{MaxInFlight: maxRounds, MaxSize: maxRoundTasks,
+		Size: func(h *handIn) int { return len(h.tasks) }, Send: r.runRound}
+	return r
 }
 
 // handIn is one partition's batch waiting for, or in, a round.
@@ -51,74 +57,24 @@ type handIn struct {
 // batches out at once.
 func (r *rounds) run(ctx context.Context, tasks []task) error {
 	h := &handIn{ctx: ctx, tasks: tasks, done: make(chan struct{})}
-	r.mu.Lock()
-	r.queue = append(r.queue, h)
-	lead := r.running < maxRounds
-	if lead {
-		r.running++
-	}
-	r.mu.Unlock()
-	if lead {
-		// This batch is in the first round the caller runs; batches queued
-		// meanwhile go on in a new goroutine, so this partition is not held
-		// up serving the others.
-		r.flush(true)
-	}
+	r.handIns.Add(h)
 	select {
 	case <-h.done:
 		return h.err
 	case <-ctx.Done():
 	}
-	r.mu.Lock()
-	if i := slices.Index(r.queue, h); i >= 0 {
-		r.queue = slices.Delete(r.queue, i, i+1)
-		r.mu.Unlock()
+	if r.handIns.Withdraw(h) {
 		return ctx.Err()
 	}
-	r.mu.Unlock()
 	<-h.done
 	return h.err
-}
-
-// flush runs rounds of the queued batches. With handOff it runs one and
-// passes what is left to a new goroutine.
-func (r *rounds) flush(handOff bool) {
-	for {
-		r.mu.Lock()
-		if len(r.queue) == 0 {
-			r.running--
-			r.mu.Unlock()
-			return
-		}
-		n, size := 0, 0
-		for n < len(r.queue) && (n == 0 || size+len(r.queue[n].tasks) <= maxRoundTasks) {
-			size += len(r.queue[n].tasks)
-			n++
-		}
-		round := slices.Clone(r.queue[:n])
-		r.queue = slices.Delete(r.queue, 0, n)
-		r.mu.Unlock()
-
-		r.runRound(round, size)
-		if handOff {
-			r.mu.Lock()
-			if len(r.queue) == 0 {
-				r.running--
-				r.mu.Unlock()
-				return
-			}
-			r.mu.Unlock()
-			go r.flush(false)
-			return
-		}
-	}
 }
 
 // runRound processes the batches of one round together. When that fails
 // (before any push, as process promises), each batch is processed again
 // on its own, so one partition's trouble (a group whose members cannot be
 // read during a MySQL outage) does not hold up the others.
-func (r *rounds) runRound(round []*handIn, size int) {
+func (r *rounds) runRound(round []*handIn) {
 	if len(round) == 1 {
 		h := round[0]
 		h.err = r.process(h.ctx, h.tasks)
@@ -127,6 +83,10 @@ func (r *rounds) runRound(round []*handIn, size int) {
 	}
 	ctx, cancel := allDone(round)
 	defer cancel()
+	var size int
+	for _, h := range round {
+		size += len(h.tasks)
+	}
 	tasks := make([]task, 0, size)
 	for _, h := range round {
 		tasks = append(tasks, h.tasks...)

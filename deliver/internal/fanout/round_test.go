@@ -51,14 +51,13 @@ func TestRoundsRunALoneBatchAtOnceOnItsOwn(t *testing.T) {
 	ctx := context.WithValue(context.Background(), key{}, "caller")
 	boom := errors.New("redis down")
 	var log roundLog
-	var r rounds
-	r.process = func(pctx context.Context, tasks []task) error {
+	r := newRounds(func(pctx context.Context, tasks []task) error {
 		log.add(tasks)
 		if pctx.Value(key{}) != "caller" {
 			t.Error("a lone batch's round did not get the caller's context")
 		}
 		return boom
-	}
+	})
 	if err := r.run(ctx, batchOf(4, 3)); !errors.Is(err, boom) {
 		t.Fatalf("run: %v, want %v", err, boom)
 	}
@@ -66,8 +65,8 @@ func TestRoundsRunALoneBatchAtOnceOnItsOwn(t *testing.T) {
 	if got := log.get(); !slices.EqualFunc(got, want, func(a, b []int64) bool { return slices.Equal(a, b) }) {
 		t.Fatalf("rounds = %v, want %v", got, want)
 	}
-	if r.running != 0 || len(r.queue) != 0 {
-		t.Fatalf("after the round: running %d, queued %d; want 0, 0", r.running, len(r.queue))
+	if q := queued(r); q != 0 {
+		t.Fatalf("after the round: %d batches queued, want 0", q)
 	}
 }
 
@@ -77,35 +76,35 @@ func TestRoundsRunALoneBatchAtOnceOnItsOwn(t *testing.T) {
 // for their callers.
 func holdBoth(t *testing.T, then func([]task) error) (r *rounds, log *roundLog, release func()) {
 	t.Helper()
-	r, log = &rounds{}, &roundLog{}
+	log = &roundLog{}
 	held := make(chan struct{})
-	r.process = func(ctx context.Context, tasks []task) error {
+	r = newRounds(func(ctx context.Context, tasks []task) error {
 		log.add(tasks)
 		if tasks[0].partition >= 8 {
 			<-held
 			return nil
 		}
 		return then(tasks)
-	}
+	})
 	var wg sync.WaitGroup
-	for _, p := range []int{8, 9} {
+	// One at a time: handed in together they could share one round.
+	for n, p := range []int{8, 9} {
 		wg.Go(func() { _ = r.run(context.Background(), batchOf(p, 1)) })
+		waitFor(t, "a held round", func() bool { return len(log.get()) == n+1 })
 	}
-	waitFor(t, "two held rounds", func() bool { return len(log.get()) == 2 })
 	return r, log, func() {
 		close(held)
 		wg.Wait()
 	}
 }
 
+// queued returns how many batches wait for a round.
+func queued(r *rounds) int { return r.handIns.Queued() }
+
 // waitQueued waits until n batches are queued for a round.
 func waitQueued(t *testing.T, r *rounds, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d batches queued", n), func() bool {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return len(r.queue) == n
-	})
+	waitFor(t, fmt.Sprintf("%d batches queued", n), func() bool { return queued(r) == n })
 }
 
 // TestRoundsQueuedBatchesShareOneRound hands in three partitions'

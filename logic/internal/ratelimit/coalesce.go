@@ -4,10 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sparkim/spark/pkg/batch"
 )
 
 // Redis is what the limiter needs of a Redis client: its scripts, and
@@ -44,10 +45,13 @@ type check struct {
 type coalescer struct {
 	rdb     Redis
 	timeout time.Duration
+	checks  batch.Coalescer[*check]
+}
 
-	mu      sync.Mutex
-	queue   []*check
-	running int
+func newCoalescer(rdb Redis, timeout time.Duration) *coalescer {
+	c := &coalescer{rdb: rdb, timeout: timeout}
+	c.checks = batch.Coalescer[*check]{MaxInFlight: maxPipelines, MaxSize: maxCoalesced, Send: c.send}
+	return c
 }
 
 // run sends keys and args through checkScript with whatever other checks
@@ -55,19 +59,7 @@ type coalescer struct {
 // when ctx ends first.
 func (c *coalescer) run(ctx context.Context, keys []string, args []any) ([]int64, error) {
 	ch := &check{ctx: ctx, keys: keys, args: args, done: make(chan struct{})}
-	c.mu.Lock()
-	c.queue = append(c.queue, ch)
-	lead := c.running < maxPipelines
-	if lead {
-		c.running++
-	}
-	c.mu.Unlock()
-	if lead {
-		// This caller's check is in the first batch it sends; once that is
-		// answered, any checks queued meanwhile go on in a new goroutine so
-		// this request is not held up serving others.
-		c.flush(true)
-	}
+	c.checks.Add(ch)
 	select {
 	case <-ch.done:
 		return ch.res, ch.err
@@ -76,53 +68,20 @@ func (c *coalescer) run(ctx context.Context, keys []string, args []any) ([]int64
 	}
 }
 
-// flush sends the queued checks, one pipeline at a time. With handOff it
-// sends one pipeline and passes what is left to a new goroutine.
-func (c *coalescer) flush(handOff bool) {
-	for {
-		c.mu.Lock()
-		if len(c.queue) == 0 {
-			c.running--
-			c.mu.Unlock()
-			return
-		}
-		n := min(len(c.queue), maxCoalesced)
-		batch := make([]*check, n)
-		copy(batch, c.queue)
-		rest := copy(c.queue, c.queue[n:])
-		clear(c.queue[rest:])
-		c.queue = c.queue[:rest]
-		c.mu.Unlock()
-
-		c.send(batch)
-		if handOff {
-			c.mu.Lock()
-			if len(c.queue) == 0 {
-				c.running--
-				c.mu.Unlock()
-				return
-			}
-			c.mu.Unlock()
-			go c.flush(false)
-			return
-		}
-	}
-}
-
 // send runs one pipeline of checks and answers each of them.
-func (c *coalescer) send(batch []*check) {
+func (c *coalescer) send(pending []*check) {
 	// The batch is everyone's, so no one caller's cancellation may cut it
 	// short; the limiter's timeout bounds it instead.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), c.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(pending[0].ctx), c.timeout)
 	defer cancel()
 	pipe := c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(batch))
-	for i, ch := range batch {
+	cmds := make([]*redis.Cmd, len(pending))
+	for i, ch := range pending {
 		cmds[i] = pipe.EvalSha(ctx, checkScript.Hash(), ch.keys, ch.args...)
 	}
 	// Each command's error is read below; Exec's is the first of them.
 	_, _ = pipe.Exec(ctx)
-	for i, ch := range batch {
+	for i, ch := range pending {
 		ch.res, ch.err = answer(cmds[i])
 		if ch.err != nil && isNoScript(ch.err) {
 			// Redis lost its script cache (restart, SCRIPT FLUSH): Run

@@ -229,7 +229,7 @@ func New(rdb Redis, cfg Config, log *zap.Logger, reg prometheus.Registerer) *Lim
 	if cfg.Pause <= 0 {
 		cfg.Pause = time.Second
 	}
-	l := &Limiter{rdb: rdb, checks: &coalescer{rdb: rdb, timeout: cfg.Timeout}, cfg: cfg, log: log, m: newMetrics(reg), now: time.Now}
+	l := &Limiter{rdb: rdb, checks: newCoalescer(rdb, cfg.Timeout), cfg: cfg, log: log, m: newMetrics(reg), now: time.Now}
 	for c, lim := range cfg.Classes {
 		if lim.Device.on() {
 			l.intervals[c][0] = lim.Device.interval()
