@@ -1,4 +1,4 @@
-// Package client is the Go client of the Spark IM protocol (DESIGN.md §3):
+// Package client is the Go client of the Spark IM protocol (docs/protocol.md):
 // it dials a gate over TCP, pairs requests with their answers by RequestID,
 // delivers pushes on a channel and acknowledges MESSAGE pushes. It is used
 // by the end-to-end tests, the imcli tool and the load generator, so it

@@ -50,7 +50,7 @@ type SessionOptions struct {
 	DeviceID, Platform, AppVersion string
 	// Conn configures each connection.
 	Conn Options
-	// Runner, when set, syncs after every AUTH (DESIGN.md §6), and
+	// Runner, when set, syncs after every AUTH (docs/protocol.md §8), and
 	// OnSync, when set, gets each sync's result.
 	Runner *SyncRunner
 	OnSync func(SyncResult, error)

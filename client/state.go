@@ -15,7 +15,7 @@ import (
 )
 
 // SyncState is what a device remembers between sessions so that its next
-// sync fetches only what is new (DESIGN.md §6 "Sync"): the two SYNC_INBOX
+// sync fetches only what is new (docs/protocol.md §8 Sync): the two SYNC_INBOX
 // cursors, the SYNC_MESSAGES cursor of every conversation, and the
 // conversation list itself, because SYNC_INBOX answers only the
 // conversations that changed since the cursor.

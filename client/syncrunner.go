@@ -96,7 +96,7 @@ type eventKey struct {
 // dropped and an event may be reported twice, which is harmless.
 const maxSeen = 4096
 
-// SyncRunner runs the sync sequence of DESIGN.md §6 for one (user,
+// SyncRunner runs the sync sequence of docs/protocol.md §8 for one (user,
 // device) and keeps its cursors: SYNC_INBOX paged to the last page (11),
 // then SYNC_MESSAGES for every conversation that changed from the cursor
 // it holds. Every step is saved to its StateStore, so the next session,

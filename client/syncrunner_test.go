@@ -20,7 +20,7 @@ import (
 )
 
 // modelServer answers SYNC_INBOX and SYNC_MESSAGES the way logic does
-// (DESIGN.md §3): a change version per conversation, a mailbox with seqs,
+// (docs/protocol.md §8): a change version per conversation, a mailbox with seqs,
 // pages bounded by limit, the last page flagged, deleted-for-me messages
 // skipped but scanned. It logs every request so tests can check what a
 // runner asked for.

@@ -36,7 +36,7 @@ end
 // (HSETNX), so a redelivery never counts it twice however many messages
 // were applied in between. Only counted ids are recorded: applying any
 // other message again is a no-op by itself (last_msg_id only moves up). A
-// muted conversation counts nothing (DESIGN §6). When more than
+// muted conversation counts nothing (decision 30). When more than
 // max_applied ids are recorded the state is dropped instead, and the next
 // sync recomputes it exactly from MySQL with an empty record.
 var applyMessage = redis.NewScript(luaGT + `

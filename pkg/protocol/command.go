@@ -1,5 +1,5 @@
 // Package protocol defines the client commands and the JSON bodies they
-// carry (DESIGN.md §3). Ids in bodies use jsonid.ID: written as strings,
+// carry (docs/protocol.md §4). Ids in bodies use jsonid.ID: written as strings,
 // read from strings or numbers.
 package protocol
 

@@ -11,7 +11,7 @@ import (
 // escaping, so `<`, `>` and `&` stay one byte each. encoding/json's
 // default turns each into six bytes, which would let a message of `<`
 // grow sixfold between the size check at send and the frames that carry
-// it (DESIGN.md, the NixMsg lesson). Everything the server writes for a
+// it (docs/protocol.md §3). Everything the server writes for a
 // client or stores for one goes through here.
 func Marshal(v any) ([]byte, error) {
 	buf := encBufs.Get().(*bytes.Buffer)

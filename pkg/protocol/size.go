@@ -9,7 +9,7 @@ import (
 	"github.com/sparkim/spark/pkg/jsonid"
 )
 
-// The size rule (DESIGN.md "frames"): no frame the server writes may
+// The size rule (docs/protocol.md §12, decision 66): no frame the server writes may
 // exceed max_frame_size, since a client closes on one. A message is
 // accepted only if the MESSAGE push carrying it fits; pages of SYNC
 // answers stop before the limit, and one message always fits by the send

@@ -22,7 +22,8 @@ func readyzStatus(adminAddr string) int {
 	return resp.StatusCode
 }
 
-// Start-up in any order (DESIGN.md §7): deliver first, then the gates,
+// Start-up in any order (docs/internals.md "Start-up, readiness,
+// shutdown"): deliver first, then the gates,
 // logic last. Meanwhile the gates report not ready; once logic is up
 // every process logs its ready line, and P2P and group messages flow
 // through all of them.

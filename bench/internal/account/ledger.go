@@ -1,6 +1,6 @@
 // Package account checks the system's delivery promise: every message the
 // server acknowledged is stored exactly once and reaches every recipient
-// device by push or by sync (DESIGN.md §6: a message may arrive both ways,
+// device by push or by sync (docs/protocol.md §11: a message may arrive both ways,
 // clients de-duplicate by msg_id). The ledger records what was acked, every
 // push (with its time) and every item of a SYNC_MESSAGES answer, kept
 // apart, and Classify sorts each acked message into pushed in time, pushed

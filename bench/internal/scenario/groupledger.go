@@ -56,7 +56,7 @@ type groupMsg struct {
 // else: a push to the sending device, to a device outside the group, or
 // under a msg_id other than the one acked is a failure; a repeated push of
 // a msg_id a device already has is counted (clients de-duplicate by
-// msg_id, DESIGN.md §6) but not failed, as in the p2p accounting.
+// msg_id, docs/protocol.md §11) but not failed, as in the p2p accounting.
 type groupLedger struct {
 	devices int
 

@@ -227,7 +227,7 @@ func (s P2P) Run(ctx context.Context, e *Env) (*Result, error) {
 	res.note("accounting: in time = first push by the end of the window + the last answers' drain + %v; late = by the end of the %v grace period; then a control device of each of %d recipients (%d acked messages not pushed) ran SYNC_MESSAGES from before its first missing id (%d messages of the peer returned, %.1f s); a push after the grace period does not count (%d of the sync-only messages were pushed after it)",
 		inTimeSlack, p.Grace, logins, missing, items, checkT.Seconds(), led.AfterGrace)
 	if led.AlsoPushed > 0 || led.PushedTwice > 0 {
-		res.note("%d synced messages were pushed as well and %d pushes repeated one already pushed: a message may reach a device both ways (DESIGN.md §6), not a failure", led.AlsoPushed, led.PushedTwice)
+		res.note("%d synced messages were pushed as well and %d pushes repeated one already pushed: a message may reach a device both ways (docs/protocol.md §11), not a failure", led.AlsoPushed, led.PushedTwice)
 	}
 	if sumMap(codes) > 0 {
 		res.note("error codes: %v", codes)

@@ -14,7 +14,7 @@ import (
 // hold every acked message exactly once (a message twice in them fails).
 // Deliver may still be working through its backlog when the device comes
 // back, so pushes of messages it already synced arrive too: by design
-// (DESIGN.md §6, docs/decisions.md 9; clients de-duplicate by msg_id), they
+// (docs/protocol.md §11, docs/decisions.md 9; clients de-duplicate by msg_id), they
 // are reported as "also pushed", not as duplicates.
 type Sync struct{}
 
@@ -113,7 +113,7 @@ func (Sync) Run(ctx context.Context, e *Env) (*Result, error) {
 		res.note("acked %d of %d sends (codes %v), %d conversations of %d, ledger %+v", acked, p.SyncMessages, t.errorCodes(), len(convs), p.SyncConvs, led)
 	}
 	if led.AlsoPushed > 0 {
-		res.note("%d messages the device had fetched by SYNC_MESSAGES were pushed as well (deliver's backlog: %d jobs queued at convergence); a message may reach a device both ways and clients de-duplicate by msg_id (DESIGN.md §6, docs/decisions.md 9): reported, not a duplicate", led.AlsoPushed, backlog.Length)
+		res.note("%d messages the device had fetched by SYNC_MESSAGES were pushed as well (deliver's backlog: %d jobs queued at convergence); a message may reach a device both ways and clients de-duplicate by msg_id (docs/protocol.md §11, docs/decisions.md 9): reported, not a duplicate", led.AlsoPushed, backlog.Length)
 	}
 	res.note("%d messages in %d conversations sent in %.1f s while the device was offline", acked, p.SyncConvs, sendTime.Seconds())
 	res.Data["ledger"] = led

@@ -794,7 +794,7 @@ func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
 	}
 }
 
-// A muted conversation counts no unread (DESIGN §6) but still moves its
+// A muted conversation counts no unread (decision 30) but still moves its
 // newest message and preview.
 func TestMutedConversationCountsNoUnread(t *testing.T) {
 	rdb := gatetest.Redis(t, testDB)

@@ -9,7 +9,7 @@ import (
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
-// Connection states (DESIGN.md §6 Sessions).
+// Connection states (docs/protocol.md §6 Sessions).
 const (
 	stateConnecting int32 = iota
 	stateAuthenticated

@@ -359,7 +359,7 @@ func deref(s *string) string {
 	return *s
 }
 
-// marshal encodes an answer's data without HTML escaping (DESIGN §3: "<",
+// marshal encodes an answer's data without HTML escaping (docs/protocol.md §3: "<",
 // ">" and "&" stay one byte).
 func marshal(v any) ([]byte, error) {
 	var b bytes.Buffer

@@ -80,7 +80,7 @@ func (s *Service) ColdState(ctx context.Context, uid, cid int64) (st dialog.Stat
 		return dialog.State{}, false, err
 	}
 	if m.Muted {
-		return st, true, nil // a muted conversation counts no unread (DESIGN §6)
+		return st, true, nil // a muted conversation counts no unread (decision 30)
 	}
 	if st.Unread, err = s.unread(ctx, uid, cid, m.LastReadMsgID, base); err != nil {
 		return dialog.State{}, false, err

@@ -63,7 +63,7 @@ type outcome struct {
 	replay bool
 }
 
-// committer is the group commit of sends (DESIGN.md §6 Send): K workers
+// committer is the group commit of sends (decision 28): K workers
 // each take whatever sends are waiting, up to batch, and commit them in
 // one transaction. A worker never waits for a batch to fill: at low load a
 // send commits alone at once; under load sends pile up while transactions
@@ -202,7 +202,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	s.metrics.SendBatchSize.Observe(float64(len(batch)))
 	out := make([]outcome, len(batch))
 
-	// Idempotency first (DESIGN.md §6): a send whose key exists is a
+	// Idempotency first (docs/protocol.md §7): a send whose key exists is a
 	// retry, answered with the stored row (or 40901) and enqueued again
 	// (decision 9); it takes no part in the transaction.
 	keys := make([]store.ClientKey, len(batch))

@@ -1,4 +1,4 @@
-// Package message is the send path (DESIGN.md §6 Send and Order):
+// Package message is the send path (docs/protocol.md §7 Sending):
 // idempotency lookup, permission checks, the ordered commit, the
 // deliver-queue enqueue, and the SEND_ACK; and the changes to sent
 // messages and memberships: READ, RECALL, DELETE and conversation settings

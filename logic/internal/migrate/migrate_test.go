@@ -131,7 +131,7 @@ func TestUpEmbedded(t *testing.T) {
 	}
 }
 
-// TestEmbeddedComments holds the schema to DESIGN §5: every table and
+// TestEmbeddedComments holds the schema to one rule: every table and
 // column the embedded migrations create carries a COMMENT, so the schema
 // documents itself in the database too.
 func TestEmbeddedComments(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestEmbeddedSchema applies the embedded migrations and checks what every
-// file must keep true: each table and column has a COMMENT (DESIGN.md §5),
+// file must keep true: each table and column has a COMMENT (the schema documents itself),
 // every table is utf8mb4_bin, and the tables the code relies on exist.
 func TestEmbeddedSchema(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -2,7 +2,7 @@
 // behaves like the Go reference client (client/): AUTH first, HEARTBEAT to
 // keep the connection alive, SEND_MESSAGE with a client_msg_id retried on
 // 50301 or a timeout, PUSH_ACK for every MESSAGE push, messages de-duplicated
-// by msg_id, and after every (re)connect the sync sequence of DESIGN.md §6
+// by msg_id, and after every (re)connect the sync sequence of docs/protocol.md §8
 // (SYNC_INBOX to its last page, then SYNC_MESSAGES for each conversation that
 // changed) from cursors kept in localStorage per user and device. A lost
 // connection is reopened with jittered exponential backoff; a KICK (the same
@@ -94,7 +94,7 @@ export interface SparkOptions {
   cacheMessages?: number;
   /** Gzip request bodies of at least 512 bytes when that makes them smaller (default true). */
   compress?: boolean;
-  /** Largest frame accepted from the server, header included (default 64 KiB, DESIGN.md's max_frame_size, as the Go client; raise it with the server's). */
+  /** Largest frame accepted from the server, header included (default 64 KiB, the server's default max_frame_size, as the Go client; raise it with the server's). */
   maxFrameSize?: number;
   /** Largest body after inflating a gzip body (default 64 MiB). */
   maxInflated?: number;
@@ -604,7 +604,7 @@ export class SparkClient {
       f = await readMessage(data, { maxFrameSize: this.o.maxFrameSize, maxInflated: this.o.maxInflated });
       if (f.body.byteLength > 0) env = JSON.parse(utf8d.decode(f.body));
     } catch (e) {
-      // A frame we cannot read means the stream is broken (DESIGN.md §3):
+      // A frame we cannot read means the stream is broken (docs/protocol.md §2):
       // close and start over on a fresh connection.
       this.emit("error", e instanceof Error ? e : new Error(String(e)));
       this.drop(link, `protocol error: ${(e as Error).message}`);

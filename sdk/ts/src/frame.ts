@@ -1,4 +1,4 @@
-// The Spark binary frame (DESIGN.md §3): a fixed 23-byte big-endian header
+// The Spark binary frame (docs/protocol.md §2): a fixed 23-byte big-endian header
 // followed by a UTF-8 JSON body that may be gzipped.
 //
 //   0  Magic      u16  0x5350 ("SP")

@@ -1,5 +1,5 @@
-// Commands, codes and body shapes of the Spark client protocol (DESIGN.md §3,
-// README "Wire protocol"). Every 64-bit id is a decimal string: they exceed
+// Commands, codes and body shapes of the Spark client protocol
+// (docs/protocol.md). Every 64-bit id is a decimal string: they exceed
 // JavaScript's 2^53.
 
 /** Command numbers. */

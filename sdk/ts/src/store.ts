@@ -1,5 +1,5 @@
 // What a device keeps between page loads so that its next sync fetches only
-// what is new (DESIGN.md §6 "Sync"), as the Go client's SyncState does: the
+// what is new (docs/protocol.md §8 Sync), as the Go client's SyncState does: the
 // two SYNC_INBOX cursors, the SYNC_MESSAGES cursor of every conversation and
 // the conversation list (SYNC_INBOX answers only what changed since the
 // cursor). A browser also keeps the newest messages of each conversation,

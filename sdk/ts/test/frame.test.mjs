@@ -1,4 +1,4 @@
-// The frame codec against the shared test vectors (DESIGN.md §3), the same
+// The frame codec against the shared test vectors (docs/protocol.md §2), the same
 // file the Go codec's tests read: pkg/frame/testdata/frames.json.
 import { test } from "node:test";
 import assert from "node:assert/strict";
