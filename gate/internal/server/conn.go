@@ -40,10 +40,7 @@ type Conn struct {
 	tr     Transport
 	realIP string
 	// addrKey is realIP as the per-address cap counts it (pkg/ipkey).
-	addrKey string
-	// carried is the per-carrier connection gauge this connection
-	// counts in, kept so closing decrements the one opening incremented.
-	carried   *atomic.Int64
+	addrKey   string
 	createdAt time.Time
 
 	state      atomic.Int32
@@ -71,9 +68,12 @@ type Conn struct {
 	// so awaiting only falls.
 	leaving atomic.Bool
 
-	mu          sync.Mutex
-	session     *logicv1.Session
-	closeReason string
+	mu      sync.Mutex
+	session *logicv1.Session
+	// closeReason is the first reason recorded; kickedFor the kick's own
+	// reason when it is closeKicked. Both under mu.
+	closeReason closeReason
+	kickedFor   string
 
 	out *Outbound
 }
@@ -149,26 +149,38 @@ func (c *Conn) nextPushSeq() uint32 { return c.pushSeq.Add(1) }
 
 // setCloseReason records why the connection closes; the first reason wins,
 // since later ones are consequences of it.
-func (c *Conn) setCloseReason(reason string) {
+func (c *Conn) setCloseReason(r closeReason) {
 	c.mu.Lock()
-	if c.closeReason == "" {
-		c.closeReason = reason
+	if c.closeReason == closePeer {
+		c.closeReason = r
 	}
 	c.mu.Unlock()
 }
 
-func (c *Conn) reason() string {
+// setKicked records a kick for reason as the close reason, unless one is
+// recorded already.
+func (c *Conn) setKicked(reason string) {
+	c.mu.Lock()
+	if c.closeReason == closePeer {
+		c.closeReason, c.kickedFor = closeKicked, reason
+	}
+	c.mu.Unlock()
+}
+
+// reason returns the recorded close reason and its text for logs and
+// logic's Closed event ("kicked: <reason>" for a kick).
+func (c *Conn) reason() (closeReason, string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closeReason == "" {
-		return "peer closed"
+	if c.closeReason == closeKicked {
+		return closeKicked, "kicked: " + c.kickedFor
 	}
-	return c.closeReason
+	return c.closeReason, c.closeReason.String()
 }
 
 // Close closes the connection now; queued frames are discarded.
-func (c *Conn) Close(reason string) {
-	c.setCloseReason(reason)
+func (c *Conn) Close(r closeReason) {
+	c.setCloseReason(r)
 	_ = c.tr.Close()
 }
 
@@ -177,7 +189,7 @@ func (c *Conn) Close(reason string) {
 func (c *Conn) write(b []byte) error { return c.tr.WriteFrames(b) }
 
 // shutdown implements sink.
-func (c *Conn) shutdown(reason string) { c.Close(reason) }
+func (c *Conn) shutdown(r closeReason) { c.Close(r) }
 
 // remoteIP is the socket peer's address, the client's real address unless
 // a PROXY protocol header names another.

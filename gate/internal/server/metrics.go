@@ -47,6 +47,8 @@ type Metrics struct {
 	// batch size.
 	UpstreamFrames atomic.Uint64
 	UpstreamItems  atomic.Uint64
+	// Closes counts closed sessions by their close reason.
+	Closes [numCloseReasons]atomic.Uint64
 
 	// ForwardLatency measures Request sent → Response received.
 	ForwardLatency prometheus.Histogram
@@ -89,6 +91,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		v := &m.CarrierConns[i]
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gate", Name: "carrier_connections",
 			Help: "Open client connections, by carrier (tcp, tls, ws, wss).", ConstLabels: prometheus.Labels{"carrier": k}},
+			func() float64 { return float64(v.Load()) }))
+	}
+	for r := range closeReason(numCloseReasons) {
+		v := &m.Closes[r]
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "gate", Name: "connections_closed_total",
+			Help: "Client sessions closed, by close reason.", ConstLabels: prometheus.Labels{"reason": r.label()}},
 			func() float64 { return float64(v.Load()) }))
 	}
 	reg.MustRegister(

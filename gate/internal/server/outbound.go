@@ -43,7 +43,7 @@ type outFrame struct {
 // timeout; an error means the connection is unusable.
 type sink interface {
 	write(b []byte) error
-	shutdown(reason string)
+	shutdown(r closeReason)
 }
 
 // writeBufs recycles flush buffers so an idle connection holds none.
@@ -153,7 +153,7 @@ func (o *Outbound) flush() {
 			fin := o.finishing
 			o.mu.Unlock()
 			if fin {
-				o.sink.shutdown("server shutting down")
+				o.sink.shutdown(closeShutdown)
 			}
 			return
 		}
@@ -179,7 +179,7 @@ func (o *Outbound) flush() {
 		}
 		if err != nil {
 			o.stop()
-			o.sink.shutdown("write failed")
+			o.sink.shutdown(closeWriteFailed)
 			return
 		}
 		if o.written != nil {
@@ -187,7 +187,7 @@ func (o *Outbound) flush() {
 		}
 		if closeAfter {
 			o.stop()
-			o.sink.shutdown("closed after answer")
+			o.sink.shutdown(closeAfterAnswer)
 			return
 		}
 	}

@@ -74,7 +74,7 @@ func (s *fakeSink) shutdownReason(t *testing.T) string {
 // its shutdown channel.
 type sinkAdapter struct{ *fakeSink }
 
-func (a sinkAdapter) shutdown(reason string) { a.fakeSink.shutdown <- reason }
+func (a sinkAdapter) shutdown(r closeReason) { a.fakeSink.shutdown <- r.String() }
 
 func waitStarted(t *testing.T, s *fakeSink) {
 	t.Helper()

@@ -168,7 +168,7 @@ func (s *Server) kick(c *Conn, reason string, body []byte) bool {
 	if !s.table.Remove(c) {
 		return false
 	}
-	c.setCloseReason(fmt.Sprintf("kicked: %s", reason))
+	c.setKicked(reason)
 	res := c.out.Enqueue(outFrame{
 		hdr:   frame.Header{Command: protocol.CmdKick, SequenceID: c.nextPushSeq()},
 		body:  body,
@@ -176,7 +176,7 @@ func (s *Server) kick(c *Conn, reason string, body []byte) bool {
 		close: true,
 	})
 	if res != queued {
-		c.Close("kicked")
+		c.Close(closeKicked)
 	}
 	return true
 }

@@ -393,10 +393,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.waitFor(wctx, func() bool { return kickedClosed(kicked) })
 	for _, c := range kicked {
 		if c.state.Load() != stateClosed {
-			c.Close("server shutting down: kick not written in time")
+			c.Close(closeKickLate)
 		}
 	}
-	s.table.Range(func(c *Conn) bool { c.Close("server shutting down"); return true })
+	s.table.Range(func(c *Conn) bool { c.Close(closeShutdown); return true })
 
 	// The listener was kept open while kicking (netpoll's Shutdown also
 	// closes every idle connection, which must wait for its KICK);

@@ -34,8 +34,8 @@ func (s *Server) openSession(tr Transport, realIP string) (*Conn, string) {
 	c.out = NewOutbound(c, s.cfg.OutboundQueue, func(n int) { s.metrics.FramesOut.Add(uint64(n)) })
 	s.table.Add(c)
 	s.metrics.Connections.Add(1)
-	c.carried = s.metrics.carrierConns(tr.Kind())
-	c.carried.Add(1)
+	// A transport's Kind never changes, so closing finds the same gauge.
+	s.metrics.carrierConns(tr.Kind()).Add(1)
 	return c, ""
 }
 
@@ -51,9 +51,10 @@ func (s *Server) closeSession(c *Conn) {
 	s.table.Remove(c)
 	c.out.Close()
 	s.metrics.Connections.Add(-1)
-	c.carried.Add(-1)
+	s.metrics.carrierConns(c.tr.Kind()).Add(-1)
 	s.limits.release(c.addrKey, prev == stateConnecting)
-	reason := c.reason()
+	why, reason := c.reason()
+	s.metrics.Closes[why].Add(1)
 	if prev == stateAuthenticated {
 		s.metrics.Authenticated.Add(-1)
 		s.up.SendClosed(c, sess, reason)
@@ -71,7 +72,7 @@ func (s *Server) badFrame(c *Conn, err error) {
 		s.limits.preAuthTooLarge.Add(1)
 	}
 	s.log.Debug("bad frame, closing", zap.Uint64("conn_id", c.id), zap.String("real_ip", c.realIP), zap.Error(err))
-	c.Close("bad frame")
+	c.Close(closeBadFrame)
 }
 
 // handleFrame runs the connection's state machine for one frame. aliased
@@ -88,7 +89,7 @@ func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body 
 				code = errcode.TooLarge
 			}
 			s.log.Debug("bad gzip body, closing", zap.Uint64("conn_id", c.id), zap.String("real_ip", c.realIP), zap.Uint16("command", h.Command))
-			s.failAndClose(c, h, code, "bad gzip body")
+			s.failAndClose(c, h, code, closeBadGzip, "bad gzip body")
 			return false
 		}
 		body, aliased = inflated, false
@@ -180,13 +181,13 @@ func (s *Server) answer(c *Conn, h frame.Header, body []byte, kind frameKind, cl
 		// The answers already queued still go out, then the close.
 		s.metrics.ResponsesDropped.Add(1)
 		s.log.Debug("answers not read, closing", zap.Uint64("conn_id", c.id), zap.String("real_ip", c.realIP))
-		c.setCloseReason("answers not read: outbound queue full")
+		c.setCloseReason(closeAnswersNotRead)
 		if c.out.Finish() {
-			c.Close("answers not read: outbound queue full")
+			c.Close(closeAnswersNotRead)
 		}
 	case queueClosed:
 		if closeAfter {
-			c.Close("closed after answer")
+			c.Close(closeAfterAnswer)
 		}
 	}
 }
@@ -201,8 +202,8 @@ func (s *Server) busy(c *Conn, h frame.Header) {
 }
 
 // failAndClose answers and closes the connection once the answer is out.
-func (s *Server) failAndClose(c *Conn, h frame.Header, code errcode.Code, msg string) {
-	c.setCloseReason(msg)
+func (s *Server) failAndClose(c *Conn, h frame.Header, code errcode.Code, why closeReason, msg string) {
+	c.setCloseReason(why)
 	s.answer(c, h, envelope.Fail(s.ids.Next(), code, msg), kindControl, true)
 }
 
@@ -213,7 +214,7 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 		if resp.Bind != nil {
 			// Logic recorded a route for a connection that is already
 			// gone; tell it so the route does not linger.
-			s.up.sendClosedOn(p.st, resp.ConnId, resp.Bind, "closed before auth completed")
+			s.up.sendClosedOn(p.st, resp.ConnId, resp.Bind, closeBeforeAuth.String())
 		}
 		return
 	}
@@ -228,7 +229,8 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 			s.log.Debug("authenticated", zap.Uint64("conn_id", c.id), zap.Int64("user_id", resp.Bind.UserId),
 				zap.String("device_id", resp.Bind.DeviceId), zap.String("real_ip", c.realIP))
 		} else if c.state.Load() == stateClosed {
-			s.up.sendClosedOn(p.st, c.id, resp.Bind, c.reason())
+			_, reason := c.reason()
+			s.up.sendClosedOn(p.st, c.id, resp.Bind, reason)
 		}
 	}
 	if p.command == protocol.CmdAuth {
@@ -236,7 +238,7 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 	}
 	h := frame.Header{Command: uint16(resp.Command), RequestID: resp.RequestId, SequenceID: resp.SequenceId}
 	if resp.Close {
-		c.setCloseReason("closed by logic")
+		c.setCloseReason(closeByLogic)
 		s.answer(c, h, resp.Body, kindControl, true)
 		return
 	}

@@ -41,7 +41,7 @@ func (s *Server) kickAll(ctx context.Context, window time.Duration) []*Conn {
 		// than not at all.
 		s.log.Error("shutdown kick", zap.Error(err))
 		for _, c := range conns {
-			c.Close("server shutting down")
+			c.Close(closeShutdown)
 		}
 		return nil
 	}

@@ -41,8 +41,8 @@ func (s *Sweeper) Run(ctx context.Context) {
 func (s *Sweeper) Sweep(now time.Time) int {
 	closed := 0
 	s.table.Range(func(c *Conn) bool {
-		if reason := s.overdue(c, now); reason != "" {
-			c.Close(reason)
+		if r, due := s.overdue(c, now); due {
+			c.Close(r)
 			closed++
 		}
 		return true
@@ -50,17 +50,18 @@ func (s *Sweeper) Sweep(now time.Time) int {
 	return closed
 }
 
-func (s *Sweeper) overdue(c *Conn, now time.Time) string {
+// overdue reports whether c is past a timeout at now, and which.
+func (s *Sweeper) overdue(c *Conn, now time.Time) (closeReason, bool) {
 	switch c.state.Load() {
 	case stateClosed:
-		return ""
+		return closePeer, false
 	case stateConnecting:
 		if s.authTimeout > 0 && now.Sub(c.createdAt) > s.authTimeout {
-			return "auth timeout"
+			return closeAuthTimeout, true
 		}
 	}
 	if s.idleTimeout > 0 && now.Sub(time.Unix(0, c.lastActive.Load())) > s.idleTimeout {
-		return "idle timeout"
+		return closeIdleTimeout, true
 	}
-	return ""
+	return closePeer, false
 }

@@ -16,12 +16,12 @@ func TestSweeper(t *testing.T) {
 		age        time.Duration // since connect
 		quiet      time.Duration // since the last inbound frame
 		wantClosed bool
-		reason     string
+		reason     closeReason
 	}{
-		{"fresh unauthenticated", false, 50 * time.Millisecond, 50 * time.Millisecond, false, ""},
-		{"unauthenticated past auth timeout", false, 150 * time.Millisecond, 10 * time.Millisecond, true, "auth timeout"},
-		{"authenticated and active", true, time.Hour, 100 * time.Millisecond, false, ""},
-		{"authenticated but idle", true, time.Hour, 400 * time.Millisecond, true, "idle timeout"},
+		{"fresh unauthenticated", false, 50 * time.Millisecond, 50 * time.Millisecond, false, closePeer},
+		{"unauthenticated past auth timeout", false, 150 * time.Millisecond, 10 * time.Millisecond, true, closeAuthTimeout},
+		{"authenticated and active", true, time.Hour, 100 * time.Millisecond, false, closePeer},
+		{"authenticated but idle", true, time.Hour, 400 * time.Millisecond, true, closeIdleTimeout},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -39,8 +39,8 @@ func TestSweeper(t *testing.T) {
 			if (closed == 1) != tc.wantClosed || sock.isClosed() != tc.wantClosed {
 				t.Fatalf("closed=%d socket closed=%v, want %v", closed, sock.isClosed(), tc.wantClosed)
 			}
-			if tc.wantClosed && c.reason() != tc.reason {
-				t.Fatalf("reason %q, want %q", c.reason(), tc.reason)
+			if r, _ := c.reason(); tc.wantClosed && r != tc.reason {
+				t.Fatalf("reason %v, want %v", r, tc.reason)
 			}
 		})
 	}

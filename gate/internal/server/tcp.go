@@ -349,7 +349,7 @@ func (s *Server) onRequest(ctx context.Context, nc netpoll.Connection) error {
 	case errors.As(err, &bad):
 		s.badFrame(t.c, err)
 	default:
-		t.c.Close("read failed")
+		t.c.Close(closeReadFailed)
 	}
 	if err != nil || (t.c != nil && t.c.out.Closing()) {
 		// The connection is closing (maybe only after a last answer is

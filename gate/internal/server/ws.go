@@ -545,5 +545,9 @@ func (t *tcpConn) closeWS(e *wsCloseError) {
 			zap.Int("code", int(e.code)), zap.String("reason", e.reason))
 	}
 	t.awaitControl(wsCloseWait)
-	t.c.Close(e.reason)
+	why := closeWSProtocol
+	if e.code == 0 {
+		why = closeWSClient
+	}
+	t.c.Close(why)
 }

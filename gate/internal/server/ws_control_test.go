@@ -155,7 +155,7 @@ func TestWSControlFrameQueuedBehindTheWriteLockIsWrittenAtUnlock(t *testing.T) {
 				t.Fatalf("%d control bytes still queued after unlockWrite", n)
 			}
 			if tc.closeAfter {
-				sc.Close("test: close after the close frame")
+				sc.Close(closeTest)
 			}
 
 			_ = wc.SetReadDeadline(time.Now().Add(safety))
