@@ -14,11 +14,11 @@ import (
 	"github.com/sparkim/spark/tests/framework"
 )
 
-// grpcurlModule is the pinned grpcurl the README tells readers to install
+// grpcurlModule is the pinned grpcurl docs/api.md tells readers to install
 // and this test installs.
 const grpcurlModule = "github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3"
 
-// The README's development address and key, which the docs test swaps for
+// docs/api.md's development address and key, which the docs test swaps for
 // the test cluster's.
 const (
 	docsLogicAddr = "127.0.0.1:9000"
@@ -46,12 +46,12 @@ func installGrpcurl(t *testing.T) string {
 	return bin
 }
 
-// readmeGrpcurlBlocks returns the bodies of the README's ```sh grpcurl
+// apiDocGrpcurlBlocks returns the bodies of docs/api.md's ```sh grpcurl
 // blocks, in order.
-func readmeGrpcurlBlocks(t *testing.T) []string {
+func apiDocGrpcurlBlocks(t *testing.T) []string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "api.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,29 +70,29 @@ func readmeGrpcurlBlocks(t *testing.T) []string {
 		}
 	}
 	if in {
-		t.Fatal("README: unterminated ```sh grpcurl block")
+		t.Fatal("docs/api.md: unterminated ```sh grpcurl block")
 	}
 	return blocks
 }
 
-// The README's "Business API" examples run green: every ```sh grpcurl
+// The business API examples of docs/api.md run green: every ```sh grpcurl
 // block, with the development address and key replaced by a test
 // cluster's, in one bash session (later blocks use ids earlier ones
 // kept), each command exiting 0; and every RPC of logic.v1.Api appears.
-func TestReadmeGrpcurlExamples(t *testing.T) {
-	blocks := readmeGrpcurlBlocks(t)
+func TestAPIDocsGrpcurlExamples(t *testing.T) {
+	blocks := apiDocGrpcurlBlocks(t)
 	if len(blocks) == 0 {
-		t.Fatal("README has no ```sh grpcurl blocks")
+		t.Fatal("docs/api.md has no ```sh grpcurl blocks")
 	}
 	all := strings.Join(blocks, "\n") + "\n"
 	methods := logicv1.File_logic_v1_api_proto.Services().ByName("Api").Methods()
 	for i := 0; i < methods.Len(); i++ {
 		if name := "logic.v1.Api/" + string(methods.Get(i).Name()); !strings.Contains(all, name+"\n") && !strings.Contains(all, name+" ") {
-			t.Errorf("README has no grpcurl example of %s", name)
+			t.Errorf("docs/api.md has no grpcurl example of %s", name)
 		}
 	}
 	if !strings.Contains(all, docsLogicAddr) || !strings.Contains(all, docsAPIKey) {
-		t.Fatalf("README examples do not use %s and %s", docsLogicAddr, docsAPIKey)
+		t.Fatalf("docs/api.md examples do not use %s and %s", docsLogicAddr, docsAPIKey)
 	}
 	grpcurl := installGrpcurl(t)
 	c := framework.NewCluster(t, framework.Options{Gates: 1})
@@ -113,11 +113,11 @@ func TestReadmeGrpcurlExamples(t *testing.T) {
 	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("README grpcurl examples failed: %v\n%s", err, out)
+		t.Fatalf("docs/api.md grpcurl examples failed: %v\n%s", err, out)
 	}
-	t.Logf("README examples:\n%s", out)
+	t.Logf("docs/api.md examples:\n%s", out)
 	// The last block revoked user 1001's tokens: the live device was kicked.
 	if reason := kickReason(t, conn); reason != "revoked" {
-		t.Fatalf("kick reason %q after the README's RevokeTokens", reason)
+		t.Fatalf("kick reason %q after docs/api.md's RevokeTokens", reason)
 	}
 }
