@@ -116,3 +116,20 @@ func Of(err error) (Code, string) {
 	}
 	return Internal, Internal.Message()
 }
+
+// Invalid is the 40001 of one request field that fails its check, in the
+// form every front door and domain service names fields:
+// "invalid argument: <field>: <why>".
+func Invalid(field, why string) *Error {
+	return New(InvalidArgument, "invalid argument: "+field+": "+why)
+}
+
+// Unavailable is the 50301 of a dependency (MySQL, Redis, a peer) that
+// failed: the client sees only the retry message, the log sees what was
+// being done and why it failed. An empty what wraps err as it is.
+func Unavailable(what string, err error) *Error {
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	return Wrap(Busy, "", err)
+}

@@ -58,9 +58,9 @@ func (s *Server) statusOf(op string, err error) error {
 }
 
 // invalid is the INVALID_ARGUMENT of an argument-shape check, naming the
-// request field as the domain services name theirs.
+// request field as the domain services name theirs (errcode.Invalid).
 func invalid(field, why string) error {
-	return status.Error(codes.InvalidArgument, "invalid argument: "+field+": "+why)
+	return status.Error(Code(errcode.InvalidArgument), errcode.Invalid(field, why).Msg)
 }
 
 // positive checks that an id field is set.

@@ -2,12 +2,12 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"go.uber.org/zap"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/token"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
@@ -36,12 +36,11 @@ func (s *Server) IssueToken(ctx context.Context, req *logicv1.IssueTokenRequest)
 	}
 	now := time.Now()
 	if err := s.store.EnsureUser(ctx, req.UserId, now); err != nil {
-		s.log.Warn("issue token: user row", zap.Int64("user_id", req.UserId), zap.Error(err))
-		return nil, status.Error(codes.Unavailable, "database unavailable")
+		return nil, s.statusOf("IssueToken", errcode.Wrap(errcode.Busy, "database unavailable", fmt.Errorf("user row of %d: %w", req.UserId, err)))
 	}
 	tok, exp, err := token.Mint(s.cfg.JWTSecret, req.UserId, req.DeviceId, ttl, now)
 	if err != nil {
-		return nil, status.Error(codes.Internal, "mint token")
+		return nil, s.statusOf("IssueToken", errcode.Wrap(errcode.Internal, "mint token", err))
 	}
 	s.log.Info("token issued", zap.Int64("user_id", req.UserId), zap.String("device_id", req.DeviceId), zap.Time("expires_at", exp))
 	return &logicv1.IssueTokenReply{Token: tok, ExpiresAtMs: exp.UnixMilli()}, nil

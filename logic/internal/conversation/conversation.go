@@ -8,7 +8,6 @@ package conversation
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/sparkim/spark/logic/internal/cache"
@@ -179,7 +178,7 @@ func (r *Resolver) pair(ctx context.Context, a, b int64) (Conversation, error) {
 		return c, nil
 	}
 	if err != nil {
-		return Conversation{}, busy("find conversation", err)
+		return Conversation{}, errcode.Unavailable("conversation: find conversation", err)
 	}
 	c.ID = id
 	r.remember(c)
@@ -223,7 +222,7 @@ func (r *Resolver) ByID(ctx context.Context, id int64) (Conversation, error) {
 			return Conversation{}, errcode.New(errcode.NotFound, "conversation not found")
 		}
 		if terr != nil {
-			return Conversation{}, busy("conversation type", terr)
+			return Conversation{}, errcode.Unavailable("conversation: conversation type", terr)
 		}
 		if typ != protocol.ConversationGroup || r.groups == nil {
 			return Conversation{}, errcode.New(errcode.Forbidden, "not a conversation you can send to")
@@ -241,7 +240,7 @@ func (r *Resolver) ByID(ctx context.Context, id int64) (Conversation, error) {
 		return c, nil
 	}
 	if err != nil {
-		return Conversation{}, busy("conversation", err)
+		return Conversation{}, errcode.Unavailable("conversation: conversation", err)
 	}
 	c := Conversation{ID: id, Type: protocol.ConversationP2P, Users: [2]int64{p.UserSmall, p.UserBig}}
 	r.remember(c)
@@ -275,7 +274,7 @@ func (r *Resolver) Open(ctx context.Context, from Sender, c Conversation, now ti
 			// hold an API key, so a clear 40401 probes nothing.
 			ok, err := r.store.UserExists(ctx, c.Peer(from.UserID))
 			if err != nil {
-				return Conversation{}, busy("user lookup", err)
+				return Conversation{}, errcode.Unavailable("conversation: user lookup", err)
 			}
 			if !ok {
 				return Conversation{}, errcode.New(errcode.NotFound, "recipient not found")
@@ -286,7 +285,7 @@ func (r *Resolver) Open(ctx context.Context, from Sender, c Conversation, now ti
 		}
 		id, err := r.store.GetOrCreateP2P(ctx, c.Users[0], c.Users[1], r.newID)
 		if err != nil {
-			return Conversation{}, busy("create conversation", err)
+			return Conversation{}, errcode.Unavailable("conversation: create conversation", err)
 		}
 		c.ID = id
 		r.remember(c)
@@ -311,7 +310,7 @@ func (u *userExists) CheckP2P(ctx context.Context, _, to int64) error {
 	}
 	ok, err := u.store.UserExists(ctx, to)
 	if err != nil {
-		return busy("user lookup", err)
+		return errcode.Unavailable("conversation: user lookup", err)
 	}
 	if !ok {
 		return errcode.New(errcode.Forbidden, "cannot send to this user")
@@ -321,6 +320,3 @@ func (u *userExists) CheckP2P(ctx context.Context, _, to int64) error {
 }
 
 // busy wraps a dependency failure as 50301: the client retries.
-func busy(what string, err error) error {
-	return errcode.Wrap(errcode.Busy, "", fmt.Errorf("conversation: %s: %w", what, err))
-}

@@ -91,7 +91,7 @@ func newEnv(t *testing.T, machine int) *env {
 	}
 	notes := &recorder{}
 	return &env{st: st, rdb: rdb, reg: reg, notes: notes, handler: &gateway.Handler{
-		Auth: a, Send: send, Inbox: in, IDs: gen,
+		Auth: a, Messages: send, Inbox: in, IDs: gen,
 		Relations: rel, Groups: group.New(st, gen, group.Config{}), Notifier: notes,
 	}}
 }

@@ -36,7 +36,10 @@ const DefaultRequestTimeout = 8 * time.Second
 // connections.
 type Handler struct {
 	Auth *auth.Service
-	Send *message.Service
+	// Messages answers SEND_MESSAGE and the changes to sent messages and
+	// memberships: READ_MESSAGE, RECALL_MESSAGE, DELETE_MESSAGE and
+	// CONVERSATION_SETTINGS.
+	Messages *message.Service
 	// Inbox answers SYNC_INBOX and SYNC_MESSAGES.
 	Inbox *inbox.Service
 	// Relations answers RELATION (19) and Groups GROUP (20): the same
@@ -156,7 +159,7 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 			return resp
 		}
 		var ack *protocol.SendAck
-		ack, err = h.Send.Send(ctx, message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}, message.SendRequestOf(sreq))
+		ack, err = h.Messages.Send(ctx, message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}, message.SendRequestOf(sreq))
 		if err == nil {
 			if data, err = protocol.Marshal(ack); err == nil {
 				resp.Command = uint32(protocol.CmdSendAck)
@@ -201,22 +204,22 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		case protocol.CmdReadMessage:
 			var r protocol.ReadRequest
 			if err = decode(req.Body, &r, invalidIDs); err == nil {
-				reply, err = h.Send.Read(ctx, from, r)
+				reply, err = h.Messages.Read(ctx, from, r)
 			}
 		case protocol.CmdRecallMessage:
 			var r protocol.MessageRef
 			if err = decode(req.Body, &r, invalidIDs); err == nil {
-				reply, err = h.Send.Recall(ctx, from, r)
+				reply, err = h.Messages.Recall(ctx, from, r)
 			}
 		case protocol.CmdDeleteMessage:
 			var r protocol.MessageRef
 			if err = decode(req.Body, &r, invalidIDs); err == nil {
-				reply, err = h.Send.Delete(ctx, from, r)
+				reply, err = h.Messages.Delete(ctx, from, r)
 			}
 		default:
 			var r protocol.SettingsRequest
 			if err = decode(req.Body, &r, "invalid JSON body (ids are integers, flags booleans)"); err == nil {
-				reply, err = h.Send.Settings(ctx, from, r)
+				reply, err = h.Messages.Settings(ctx, from, r)
 			}
 		}
 		if err == nil {

@@ -229,9 +229,9 @@ func TestOverLimitCostsNoMySQL(t *testing.T) {
 	lim := ratelimit.New(e.rdb, cfg, nil, nil)
 	a := auth.New(st, e.rdb, secret, nil, nil)
 	a.LimitDevices(lim)
-	h := &gateway.Handler{Auth: a, Send: message.New(st, e.rdb, gen, message.Config{MsgIDWindow: time.Minute, EnqueueRetries: 1, Partitions: 4}, nil, nil),
+	h := &gateway.Handler{Auth: a, Messages: message.New(st, e.rdb, gen, message.Config{MsgIDWindow: time.Minute, EnqueueRetries: 1, Partitions: 4}, nil, nil),
 		IDs: gen, Limits: lim}
-	t.Cleanup(h.Send.Close)
+	t.Cleanup(h.Messages.Close)
 	ctx := context.Background()
 	uid := testenv.RandomUserID()
 	ip := fmt.Sprintf("10.34.%d.%d", uid%250, uid/250%250)

@@ -26,12 +26,6 @@ import (
 // that Changed (notify.After*, as the API does) and encode the answer. No
 // rule of who may do what lives here.
 
-// invalidField is the 40001 of a field, in the form the domain services
-// and the business API use: "invalid argument: <field>: <why>".
-func invalidField(field, why string) error {
-	return errcode.New(errcode.InvalidArgument, "invalid argument: "+field+": "+why)
-}
-
 // decodeFields decodes body into v (a pointer to a struct) and, when that
 // fails, names the first field (in key order) whose value does not decode,
 // so "user_id":"x" answers "invalid argument: user_id: …" rather than a
@@ -62,7 +56,7 @@ func decodeFields(body []byte, v any) error {
 
 func positiveID(field string, id jsonid.ID) error {
 	if id <= 0 {
-		return invalidField(field, "required, a positive id")
+		return errcode.Invalid(field, "required, a positive id")
 	}
 	return nil
 }
@@ -72,7 +66,7 @@ func ids(field string, in []jsonid.ID) ([]int64, error) {
 	out := make([]int64, len(in))
 	for i, id := range in {
 		if id <= 0 {
-			return nil, invalidField(field, fmt.Sprintf("%d is not a user id", id))
+			return nil, errcode.Invalid(field, fmt.Sprintf("%d is not a user id", id))
 		}
 		out[i] = id.Int64()
 	}
@@ -84,9 +78,9 @@ func ids(field string, in []jsonid.ID) ([]int64, error) {
 func pageArgs(after jsonid.ID, limit, maxLimit int) error {
 	switch {
 	case after < 0:
-		return invalidField("after", "must not be negative")
+		return errcode.Invalid("after", "must not be negative")
 	case limit < 0 || limit > maxLimit:
-		return invalidField("limit", fmt.Sprintf("must be 0 to %d", maxLimit))
+		return errcode.Invalid("limit", fmt.Sprintf("must be 0 to %d", maxLimit))
 	}
 	return nil
 }
@@ -122,7 +116,7 @@ func (h *Handler) relation(ctx context.Context, user int64, body []byte) ([]byte
 			ch, err = h.Relations.RemoveFriend(ctx, user, other)
 		case protocol.RelationOpRemark:
 			if r.Remark == nil {
-				return nil, invalidField("remark", "required (\"\" clears it)")
+				return nil, errcode.Invalid("remark", "required (\"\" clears it)")
 			}
 			ch, err = h.Relations.SetRemark(ctx, relation.RemarkRequest{UserID: user, FriendID: other, Remark: *r.Remark})
 		case protocol.RelationOpBlock:
@@ -173,9 +167,9 @@ func (h *Handler) relation(ctx context.Context, user int64, body []byte) ([]byte
 			return marshal(out)
 		}
 	case "":
-		return nil, invalidField("op", "required")
+		return nil, errcode.Invalid("op", "required")
 	}
-	return nil, invalidField("op", fmt.Sprintf("unknown op %q (request, accept, reject, remove, remark, block, unblock, friends, blocks, requests)", r.Op))
+	return nil, errcode.Invalid("op", fmt.Sprintf("unknown op %q (request, accept, reject, remove, remark, block, unblock, friends, blocks, requests)", r.Op))
 }
 
 // group answers GROUP (20) with user as the actor (never group.System: a
@@ -189,11 +183,11 @@ func (h *Handler) group(ctx context.Context, user int64, body []byte) ([]byte, e
 		return nil, err
 	}
 	if r.Op == "" {
-		return nil, invalidField("op", "required")
+		return nil, errcode.Invalid("op", "required")
 	}
 	if r.Op != protocol.GroupOpCreate {
 		if !slices.Contains(groupOps, r.Op) {
-			return nil, invalidField("op", fmt.Sprintf("unknown op %q (create, add, remove, leave, role, mute_all, mute_member, transfer, dissolve, update, info, members)", r.Op))
+			return nil, errcode.Invalid("op", fmt.Sprintf("unknown op %q (create, add, remove, leave, role, mute_all, mute_member, transfer, dissolve, update, info, members)", r.Op))
 		}
 		if err := positiveID("group_id", r.GroupID); err != nil {
 			return nil, err
@@ -207,10 +201,10 @@ func (h *Handler) group(ctx context.Context, user int64, body []byte) ([]byte, e
 	switch r.Op {
 	case protocol.GroupOpCreate:
 		if r.Name == nil {
-			return nil, invalidField("name", "required")
+			return nil, errcode.Invalid("name", "required")
 		}
 		if r.MemberIDs == nil {
-			return nil, invalidField("member_ids", "required (a list of user ids)")
+			return nil, errcode.Invalid("member_ids", "required (a list of user ids)")
 		}
 		members, err := ids("member_ids", r.MemberIDs)
 		if err != nil {
@@ -223,7 +217,7 @@ func (h *Handler) group(ctx context.Context, user int64, body []byte) ([]byte, e
 		}
 	case protocol.GroupOpAdd, protocol.GroupOpRemove:
 		if len(r.UserIDs) == 0 {
-			return nil, invalidField("user_ids", "required, at least one user id")
+			return nil, errcode.Invalid("user_ids", "required, at least one user id")
 		}
 		users, err := ids("user_ids", r.UserIDs)
 		if err != nil {
@@ -253,16 +247,16 @@ func (h *Handler) group(ctx context.Context, user int64, body []byte) ([]byte, e
 		case protocol.GroupRoleAdmin:
 			role = group.RoleAdmin
 		case "":
-			return nil, invalidField("role", `required, "member" or "admin"`)
+			return nil, errcode.Invalid("role", `required, "member" or "admin"`)
 		default:
-			return nil, invalidField("role", fmt.Sprintf(`%q is not "member" or "admin"`, r.Role))
+			return nil, errcode.Invalid("role", fmt.Sprintf(`%q is not "member" or "admin"`, r.Role))
 		}
 		if ch, err = h.Groups.SetRole(ctx, group.SetRoleRequest{ActorID: user, GroupID: gid, UserID: r.UserID.Int64(), Role: role}); err != nil {
 			return nil, err
 		}
 	case protocol.GroupOpMuteAll:
 		if r.Mute == nil {
-			return nil, invalidField("mute", "required, a boolean")
+			return nil, errcode.Invalid("mute", "required, a boolean")
 		}
 		if ch, err = h.Groups.MuteAll(ctx, group.MuteAllRequest{ActorID: user, GroupID: gid, On: *r.Mute}); err != nil {
 			return nil, err
@@ -272,7 +266,7 @@ func (h *Handler) group(ctx context.Context, user int64, body []byte) ([]byte, e
 			return nil, err
 		}
 		if r.Until == nil || *r.Until < 0 {
-			return nil, invalidField("until", "required, Unix ms (0 unmutes)")
+			return nil, errcode.Invalid("until", "required, Unix ms (0 unmutes)")
 		}
 		var until time.Time
 		if *r.Until > 0 {

@@ -288,10 +288,6 @@ type MembersPage struct {
 
 // Errors.
 
-func invalid(field, why string) *errcode.Error {
-	return errcode.New(errcode.InvalidArgument, "invalid argument: "+field+": "+why)
-}
-
 func forbidden(why string) *errcode.Error {
 	return errcode.New(errcode.Forbidden, "forbidden: "+why)
 }
@@ -313,25 +309,25 @@ func memberNotFound(field string) *errcode.Error {
 func checkText(field, v string, maxLen int, required bool) error {
 	switch {
 	case !utf8.ValidString(v):
-		return invalid(field, "not valid UTF-8")
+		return errcode.Invalid(field, "not valid UTF-8")
 	case required && v == "":
-		return invalid(field, "empty")
+		return errcode.Invalid(field, "empty")
 	case utf8.RuneCountInString(v) > maxLen:
-		return invalid(field, fmt.Sprintf("longer than %d characters", maxLen))
+		return errcode.Invalid(field, fmt.Sprintf("longer than %d characters", maxLen))
 	}
 	return nil
 }
 
 func checkGroupID(id int64) error {
 	if id <= 0 {
-		return invalid("group_id", "must be a positive id")
+		return errcode.Invalid("group_id", "must be a positive id")
 	}
 	return nil
 }
 
 func checkActor(id int64) error {
 	if id < 0 {
-		return invalid("actor_id", "must be a user id or 0 (system)")
+		return errcode.Invalid("actor_id", "must be a user id or 0 (system)")
 	}
 	return nil
 }
@@ -340,18 +336,18 @@ func checkActor(id int64) error {
 // duplicates.
 func userIDs(field string, ids []int64, allowEmpty bool) ([]int64, error) {
 	if len(ids) == 0 && !allowEmpty {
-		return nil, invalid(field, "empty")
+		return nil, errcode.Invalid(field, "empty")
 	}
 	for _, id := range ids {
 		if id <= 0 {
-			return nil, invalid(field, fmt.Sprintf("%d is not a user id", id))
+			return nil, errcode.Invalid(field, fmt.Sprintf("%d is not a user id", id))
 		}
 	}
 	out := slices.Clone(ids)
 	slices.Sort(out)
 	out = slices.Compact(out)
 	if len(out) > MaxUsersPerCall {
-		return nil, invalid(field, fmt.Sprintf("more than %d users in one call", MaxUsersPerCall))
+		return nil, errcode.Invalid(field, fmt.Sprintf("more than %d users in one call", MaxUsersPerCall))
 	}
 	return out, nil
 }

@@ -17,14 +17,14 @@ import (
 // no such group (a group id is public, so this reveals nothing new).
 func (s *Service) ConversationOf(ctx context.Context, groupID int64) (int64, error) {
 	if groupID <= 0 {
-		return 0, invalid("group_id", "must be a positive id")
+		return 0, errcode.Invalid("group_id", "must be a positive id")
 	}
 	g, err := s.store.GetGroup(ctx, groupID)
 	if errors.Is(err, store.ErrNotFound) {
 		return 0, errGroupNotFound
 	}
 	if err != nil {
-		return 0, busy(fmt.Errorf("group: read group %d: %w", groupID, err))
+		return 0, errcode.Unavailable(fmt.Sprintf("group: read group %d", groupID), err)
 	}
 	return g.ConversationID, nil
 }
@@ -37,7 +37,7 @@ func (s *Service) GroupOf(ctx context.Context, conversationID int64) (int64, err
 		return 0, store.ErrNotFound
 	}
 	if err != nil {
-		return 0, busy(fmt.Errorf("group: read group of conversation %d: %w", conversationID, err))
+		return 0, errcode.Unavailable(fmt.Sprintf("group: read group of conversation %d", conversationID), err)
 	}
 	return g.ID, nil
 }
@@ -53,7 +53,7 @@ func (s *Service) AuthorizeSend(ctx context.Context, conversationID, userID int6
 		return 0, errNotMember
 	}
 	if err != nil {
-		return 0, busy(fmt.Errorf("group: read group of conversation %d: %w", conversationID, err))
+		return 0, errcode.Unavailable(fmt.Sprintf("group: read group of conversation %d", conversationID), err)
 	}
 	if system {
 		if g.Status != store.GroupActive {
@@ -66,10 +66,9 @@ func (s *Service) AuthorizeSend(ctx context.Context, conversationID, userID int6
 		if errors.As(err, &ec) {
 			return 0, err
 		}
-		return 0, busy(err)
+		return 0, errcode.Unavailable("", err)
 	}
 	return g.MemberVersion, nil
 }
 
 // busy wraps a database failure as 50301: the caller retries.
-func busy(err error) error { return errcode.Wrap(errcode.Busy, "", err) }

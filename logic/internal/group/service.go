@@ -25,14 +25,14 @@ const rankSystem = 3
 // (40001 member_ids).
 func (s *Service) Create(ctx context.Context, req CreateRequest) (Change, error) {
 	if req.OwnerID <= 0 {
-		return Change{}, invalid("owner_id", "must be a positive user id")
+		return Change{}, errcode.Invalid("owner_id", "must be a positive user id")
 	}
 	ids, err := userIDs("member_ids", append(slices.Clone(req.MemberIDs), req.OwnerID), false)
 	if err != nil {
 		return Change{}, err
 	}
 	if len(ids) > s.maxMembers {
-		return Change{}, invalid("member_ids", fmt.Sprintf("more than the member limit %d", s.maxMembers))
+		return Change{}, errcode.Invalid("member_ids", fmt.Sprintf("more than the member limit %d", s.maxMembers))
 	}
 	if err := checkText("name", req.Name, MaxNameLen, true); err != nil {
 		return Change{}, err
@@ -165,7 +165,7 @@ func (s *Service) Leave(ctx context.Context, req LeaveRequest) (Change, error) {
 		return Change{}, err
 	}
 	if req.UserID <= 0 {
-		return Change{}, invalid("user_id", "must be a positive user id")
+		return Change{}, errcode.Invalid("user_id", "must be a positive user id")
 	}
 	return s.change(ctx, req.GroupID, req.UserID, ActionLeft, 1, func(ctx context.Context, t *store.GroupTx, c *Change) error {
 		m, ok, err := t.Member(ctx, req.UserID)
@@ -190,7 +190,7 @@ func (s *Service) SetRole(ctx context.Context, req SetRoleRequest) (Change, erro
 		return Change{}, err
 	}
 	if req.Role != RoleMember && req.Role != RoleAdmin {
-		return Change{}, invalid("role", "must be 0 (member) or 1 (admin)")
+		return Change{}, errcode.Invalid("role", "must be 0 (member) or 1 (admin)")
 	}
 	return s.change(ctx, req.GroupID, req.ActorID, ActionRole, 1, func(ctx context.Context, t *store.GroupTx, c *Change) error {
 		if _, err := s.actorRank(ctx, t, req.ActorID, RoleOwner); err != nil {
@@ -255,7 +255,7 @@ func (s *Service) MuteMember(ctx context.Context, req MuteMemberRequest) (Change
 	until := sql.NullTime{}
 	if !req.Until.IsZero() {
 		if !req.Until.After(s.now()) {
-			return Change{}, invalid("until", "must be in the future (or zero to unmute)")
+			return Change{}, errcode.Invalid("until", "must be in the future (or zero to unmute)")
 		}
 		until = sql.NullTime{Time: req.Until.UTC().Truncate(time.Millisecond), Valid: true}
 	}
@@ -302,7 +302,7 @@ func (s *Service) Transfer(ctx context.Context, req TransferRequest) (Change, er
 		return Change{}, err
 	}
 	if req.NewOwnerID <= 0 {
-		return Change{}, invalid("new_owner_id", "must be a positive user id")
+		return Change{}, errcode.Invalid("new_owner_id", "must be a positive user id")
 	}
 	return s.change(ctx, req.GroupID, req.ActorID, ActionRole, 2, func(ctx context.Context, t *store.GroupTx, c *Change) error {
 		if _, err := s.actorRank(ctx, t, req.ActorID, RoleOwner); err != nil {
@@ -371,7 +371,7 @@ func (s *Service) Update(ctx context.Context, req UpdateRequest) (Change, error)
 		return Change{}, err
 	}
 	if req.Name == nil && req.Avatar == nil && req.Announcement == nil {
-		return Change{}, invalid("name", "nothing to update (name, avatar, announcement)")
+		return Change{}, errcode.Invalid("name", "nothing to update (name, avatar, announcement)")
 	}
 	if req.Name != nil {
 		if err := checkText("name", *req.Name, MaxNameLen, true); err != nil {
@@ -451,10 +451,10 @@ func (s *Service) Members(ctx context.Context, req MembersRequest) (MembersPage,
 		return MembersPage{}, err
 	}
 	if req.Limit < 0 || req.Limit > MaxPageSize {
-		return MembersPage{}, invalid("limit", fmt.Sprintf("must be 0–%d", MaxPageSize))
+		return MembersPage{}, errcode.Invalid("limit", fmt.Sprintf("must be 0–%d", MaxPageSize))
 	}
 	if req.AfterUserID < 0 {
-		return MembersPage{}, invalid("after_user_id", "must not be negative")
+		return MembersPage{}, errcode.Invalid("after_user_id", "must not be negative")
 	}
 	g, err := s.readable(ctx, req.GroupID, req.ActorID)
 	if err != nil {
@@ -469,7 +469,7 @@ func (s *Service) Members(ctx context.Context, req MembersRequest) (MembersPage,
 // (or with MemberVersion) to know the list did not change while paging.
 func (s *Service) MembersByConversation(ctx context.Context, conversationID, afterUserID int64, limit int) (MembersPage, error) {
 	if limit < 0 || limit > MaxPageSize {
-		return MembersPage{}, invalid("limit", fmt.Sprintf("must be 0–%d", MaxPageSize))
+		return MembersPage{}, errcode.Invalid("limit", fmt.Sprintf("must be 0–%d", MaxPageSize))
 	}
 	g, err := s.store.GroupByConversation(ctx, conversationID)
 	if errors.Is(err, store.ErrNotFound) {
@@ -670,7 +670,7 @@ func (s *Service) checkTarget(actorID, groupID, userID int64) error {
 		return err
 	}
 	if userID <= 0 {
-		return invalid("user_id", "must be a positive user id")
+		return errcode.Invalid("user_id", "must be a positive user id")
 	}
 	return nil
 }

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -77,10 +76,6 @@ func limit(n, def int) (int, error) {
 	return n, nil
 }
 
-func busy(what string, err error) error {
-	return errcode.Wrap(errcode.Busy, "", fmt.Errorf("%s: %w", what, err))
-}
-
 // newEpoch names a freshly built list: unique enough that a cursor of an
 // earlier build (before a Redis flush) never matches it.
 func newEpoch() string {
@@ -111,7 +106,7 @@ func (s *Service) SyncInbox(ctx context.Context, u User, req protocol.SyncInboxR
 	from := cur.From(epoch)
 	changes, err := dialog.Changes(ctx, s.rdb, u.UserID, from, n+1)
 	if err != nil {
-		return nil, false, busy("dialog changes", err)
+		return nil, false, errcode.Unavailable("dialog changes", err)
 	}
 	moreConvs := len(changes) > n
 	if moreConvs {
@@ -142,7 +137,7 @@ func (s *Service) SyncInbox(ctx context.Context, u User, req protocol.SyncInboxR
 
 	events, moreEvents, err := s.mailbox.Since(ctx, u.UserID, u.DeviceID, req.MailboxSeq.Int64(), n)
 	if err != nil {
-		return nil, false, busy("mailbox", err)
+		return nil, false, errcode.Unavailable("mailbox", err)
 	}
 	reply.MailboxSeq = req.MailboxSeq
 	for i, ev := range events {
@@ -163,18 +158,18 @@ func (s *Service) SyncInbox(ctx context.Context, u User, req protocol.SyncInboxR
 func (s *Service) ensureList(ctx context.Context, uid int64) (string, error) {
 	epoch, err := dialog.Epoch(ctx, s.rdb, uid)
 	if err != nil {
-		return "", busy("dialog epoch", err)
+		return "", errcode.Unavailable("dialog epoch", err)
 	}
 	if epoch != "" {
 		return epoch, nil
 	}
 	cids, err := s.store.Memberships(ctx, uid)
 	if err != nil {
-		return "", busy("memberships", err)
+		return "", errcode.Unavailable("memberships", err)
 	}
 	epoch, err = dialog.EnsureMembers(ctx, s.rdb, uid, newEpoch(), cids)
 	if err != nil {
-		return "", busy("dialog build", err)
+		return "", errcode.Unavailable("dialog build", err)
 	}
 	s.log.Info("conversation list rebuilt", zap.Int64("user_id", uid), zap.Int("conversations", len(cids)), zap.String("epoch", epoch))
 	return epoch, nil
@@ -189,20 +184,20 @@ func (s *Service) ensureList(ctx context.Context, uid int64) (string, error) {
 func (s *Service) state(ctx context.Context, uid int64, ch dialog.Change) (dialog.State, bool, error) {
 	st, ok, err := dialog.Load(ctx, s.rdb, uid, ch.ConversationID)
 	if err != nil {
-		return dialog.State{}, false, busy("dialog state", err)
+		return dialog.State{}, false, errcode.Unavailable("dialog state", err)
 	}
 	if ok {
 		return st, true, nil
 	}
 	st, ok, err = s.ColdState(ctx, uid, ch.ConversationID)
 	if err != nil {
-		return dialog.State{}, false, busy("cold state", err)
+		return dialog.State{}, false, errcode.Unavailable("cold state", err)
 	}
 	if !ok {
 		return dialog.State{}, false, nil
 	}
 	if _, err := dialog.WriteCold(ctx, s.rdb, uid, ch.ConversationID, strconv.FormatInt(ch.Version, 10), st); err != nil {
-		return dialog.State{}, false, busy("dialog write", err)
+		return dialog.State{}, false, errcode.Unavailable("dialog write", err)
 	}
 	return st, true, nil
 }
@@ -243,14 +238,14 @@ func (s *Service) SyncMessages(ctx context.Context, u User, req protocol.SyncMes
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, false, errcode.New(errcode.Forbidden, "not a member of the conversation")
 		}
-		return nil, false, busy("member", err)
+		return nil, false, errcode.Unavailable("member", err)
 	}
 	conv, rows, err := s.store.ConversationPage(ctx, cid, req.LastMsgID.Int64(), n+1)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
 	if err != nil {
-		return nil, false, busy("messages", err)
+		return nil, false, errcode.Unavailable("messages", err)
 	}
 	ctype := conv.Type
 	more = len(rows) > n
@@ -263,7 +258,7 @@ func (s *Service) SyncMessages(ctx context.Context, u User, req protocol.SyncMes
 	}
 	deleted, err := s.store.DeletedAmong(ctx, u.UserID, ids)
 	if err != nil {
-		return nil, false, busy("deletions", err)
+		return nil, false, errcode.Unavailable("deletions", err)
 	}
 	reply = &protocol.SyncMessagesReply{ConversationID: req.ConversationID, Messages: make([]protocol.Message, 0, len(rows)), NextMsgID: req.LastMsgID}
 	page := pageBytes{budget: s.budget}

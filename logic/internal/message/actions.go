@@ -26,7 +26,7 @@ func (s *Service) member(ctx context.Context, cid, uid int64) (store.Member, err
 		return store.Member{}, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
 	if err != nil {
-		return store.Member{}, busy("member", err)
+		return store.Member{}, errcode.Unavailable("member", err)
 	}
 	return m, nil
 }
@@ -37,7 +37,7 @@ func (s *Service) member(ctx context.Context, cid, uid int64) (store.Member, err
 func (s *Service) invalidate(ctx context.Context, cid int64, users ...int64) error {
 	for _, u := range users {
 		if err := dialog.Invalidate(ctx, s.rdb, u, cid); err != nil {
-			return busy("invalidate", err)
+			return errcode.Unavailable("invalidate", err)
 		}
 	}
 	return nil
@@ -82,7 +82,7 @@ func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadReques
 	}
 	conv, err := s.store.GetConversation(ctx, cid)
 	if err != nil {
-		return nil, busy("conversation", err)
+		return nil, errcode.Unavailable("conversation", err)
 	}
 	// Never past the newest message: a bogus id would hide every later one
 	// from unread.
@@ -92,7 +92,7 @@ func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadReques
 		return nil, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
 	if err != nil {
-		return nil, busy("read", err)
+		return nil, errcode.Unavailable("read", err)
 	}
 	reply := &protocol.ReadReply{ConversationID: jsonid.ID(cid), MsgID: jsonid.ID(eff)}
 	if !moved {
@@ -100,7 +100,7 @@ func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadReques
 		// earlier invalidation (a retry after a Redis failure), else done.
 		st, ok, err := dialog.Load(ctx, s.rdb, from.UserID, cid)
 		if err != nil {
-			return nil, busy("dialog state", err)
+			return nil, errcode.Unavailable("dialog state", err)
 		}
 		if !ok || st.LastRead >= eff {
 			return reply, nil
@@ -138,7 +138,7 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 	case errors.Is(err, store.ErrRecallWindow):
 		return nil, errcode.New(errcode.Forbidden, "recall window has passed")
 	case err != nil:
-		return nil, busy("recall", err)
+		return nil, errcode.Unavailable("recall", err)
 	}
 	cid := r.Message.ConversationID
 	reply := &protocol.MessageRef{MsgID: jsonid.ID(r.Message.ID), ConversationID: jsonid.ID(cid)}
@@ -214,7 +214,7 @@ func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64
 	}, 0, nil, time.Now())
 	if err != nil {
 		s.metrics.EnqueueFailures.Inc()
-		return busy("enqueue recall", err)
+		return errcode.Unavailable("enqueue recall", err)
 	}
 	return nil
 }
@@ -229,7 +229,7 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 		return nil, errcode.New(errcode.NotFound, "message not found")
 	}
 	if err != nil {
-		return nil, busy("message", err)
+		return nil, errcode.Unavailable("message", err)
 	}
 	if _, err := s.member(ctx, m.ConversationID, from.UserID); err != nil {
 		return nil, err
@@ -237,7 +237,7 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 	reply := &protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)}
 	evID, err := s.ids.Next(ctx)
 	if err != nil {
-		return nil, busy("event id", err)
+		return nil, errcode.Unavailable("event id", err)
 	}
 	payload, err := protocol.Marshal(reply)
 	if err != nil {
@@ -248,7 +248,7 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 	ev := store.MailboxEvent{UserID: from.UserID, EventType: protocol.EventDelete, ConversationID: m.ConversationID, MsgID: m.ID, Payload: payload}
 	deleted, err := s.store.DeleteForUser(ctx, from.UserID, m.ConversationID, m.ID, evID, ev)
 	if err != nil {
-		return nil, busy("delete", err)
+		return nil, errcode.Unavailable("delete", err)
 	}
 	if err := s.invalidate(ctx, m.ConversationID, from.UserID); err != nil {
 		return nil, err
@@ -281,11 +281,11 @@ func (s *Service) Settings(ctx context.Context, from Sender, req protocol.Settin
 		return nil, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
 	if err != nil {
-		return nil, busy("settings", err)
+		return nil, errcode.Unavailable("settings", err)
 	}
 	conv, err := s.store.GetConversation(ctx, cid)
 	if err != nil {
-		return nil, busy("conversation", err)
+		return nil, errcode.Unavailable("conversation", err)
 	}
 	reply := &protocol.SettingsReply{ConversationID: jsonid.ID(cid), Muted: m.Muted, Pinned: m.Pinned, Hidden: m.Hidden(conv.LastMsgID)}
 	if req.Muted == nil && req.Pinned == nil && req.Hidden == nil {

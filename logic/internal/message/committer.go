@@ -114,7 +114,7 @@ func (c *committer) close() {
 		for {
 			select {
 			case p := <-c.queue:
-				p.outcome <- outcome{err: busy("commit", errShuttingDown)}
+				p.outcome <- outcome{err: errcode.Unavailable("commit", errShuttingDown)}
 			default:
 				close(c.stopped)
 				return
@@ -129,21 +129,21 @@ func (c *committer) submit(ctx context.Context, p *pending) (outcome, error) {
 	select {
 	case c.queue <- p:
 	case <-c.stop:
-		return outcome{}, busy("commit", errShuttingDown)
+		return outcome{}, errcode.Unavailable("commit", errShuttingDown)
 	case <-ctx.Done():
-		return outcome{}, busy("commit", ctx.Err())
+		return outcome{}, errcode.Unavailable("commit", ctx.Err())
 	}
 	select {
 	case o := <-p.outcome:
 		return o, nil
 	case <-ctx.Done():
-		return outcome{}, busy("commit", ctx.Err())
+		return outcome{}, errcode.Unavailable("commit", ctx.Err())
 	case <-c.stopped:
 		select {
 		case o := <-p.outcome:
 			return o, nil
 		default: // queued after the drain
-			return outcome{}, busy("commit", errShuttingDown)
+			return outcome{}, errcode.Unavailable("commit", errShuttingDown)
 		}
 	}
 }
@@ -185,7 +185,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	batch := all[:0:0]
 	for _, p := range all {
 		if err := p.ctx.Err(); err != nil {
-			p.outcome <- outcome{err: busy("commit", err)}
+			p.outcome <- outcome{err: errcode.Unavailable("commit", err)}
 			continue
 		}
 		batch = append(batch, p)
@@ -213,7 +213,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	if err != nil {
 		s.metrics.SendCommits.WithLabelValues("error").Inc()
 		for _, p := range batch {
-			p.outcome <- outcome{err: busy("idempotency lookup", err)}
+			p.outcome <- outcome{err: errcode.Unavailable("idempotency lookup", err)}
 		}
 		return
 	}
@@ -307,7 +307,7 @@ func (c *committer) insert(ctx context.Context, batch []*pending, fresh []int, o
 	default:
 		s.metrics.SendCommits.WithLabelValues("error").Inc()
 		for _, i := range fresh {
-			out[i].err = busy("commit", err)
+			out[i].err = errcode.Unavailable("commit", err)
 		}
 		return false
 	}
@@ -318,7 +318,7 @@ func (c *committer) insert(ctx context.Context, batch []*pending, fresh []int, o
 		}
 		out[i].row = res.Rows[k]
 		if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
-			out[i].err = busy("after commit", err)
+			out[i].err = errcode.Unavailable("after commit", err)
 		}
 	}
 	return true

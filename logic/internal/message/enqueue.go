@@ -91,7 +91,7 @@ func (s *Service) enqueueFrom(ctx context.Context, row store.Message, job *queue
 		s.metrics.EnqueueFailures.Inc()
 		s.log.Warn("enqueue failed; no SEND_ACK", zap.Int64("user_id", row.SenderID), zap.Int64("conversation_id", row.ConversationID),
 			zap.Int64("msg_id", row.ID), zap.Error(err))
-		return busy("enqueue", err)
+		return errcode.Unavailable("enqueue", err)
 	}
 	return nil
 }

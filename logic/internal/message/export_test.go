@@ -13,9 +13,9 @@ import (
 // known arrival order. Queued reports how many sends wait.
 func NewPaused(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) (s *Service, start func(), queued func() int) {
 	s = newService(st, rdb, ids, cfg, log, m)
-	return s, func() { s.group.start(s.cfg.CommitWorkers) }, func() int { return len(s.group.queue) }
+	return s, func() { s.committer.start(s.cfg.CommitWorkers) }, func() int { return len(s.committer.queue) }
 }
 
 // OnBatch makes s report the size of every batch its workers form. Call it
 // before the first send.
-func OnBatch(s *Service, f func(size int)) { s.group.onBatch = f }
+func OnBatch(s *Service, f func(size int)) { s.committer.onBatch = f }

@@ -116,7 +116,7 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 		req.MsgID = 0
 	}
 
-	o, err := s.group.submit(ctx, &pending{
+	o, err := s.committer.submit(ctx, &pending{
 		ctx: ctx,
 		nm: store.NewMessage{
 			ConversationID: conv.ID, SenderID: from.UserID, SenderDevice: from.DeviceID,
@@ -152,7 +152,7 @@ func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Co
 	if errors.Is(err, errReplay) {
 		ack, found, err := s.replay(ctx, from, conv, req, content)
 		if err == nil && !found {
-			err = busy("commit", errors.New("duplicate client_msg_id but no row"))
+			err = errcode.Unavailable("commit", errors.New("duplicate client_msg_id but no row"))
 		}
 		return ack, err
 	}
@@ -160,7 +160,7 @@ func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Co
 		return nil, err
 	}
 	if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
-		return nil, busy("after commit", err)
+		return nil, errcode.Unavailable("after commit", err)
 	}
 	if err := s.enqueue(ctx, row, conv, req.Flags); err != nil {
 		return nil, err
@@ -188,7 +188,7 @@ func (s *Service) replay(ctx context.Context, from Sender, conv conversation.Con
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, busy("idempotency lookup", err)
+		return nil, false, errcode.Unavailable("idempotency lookup", err)
 	}
 	if row.MessageType != req.MessageType || !bytes.Equal(row.Content, content) {
 		return nil, true, errcode.New(errcode.Conflict, "client_msg_id already used with different content")
@@ -224,18 +224,18 @@ func (s *Service) commit(ctx context.Context, from Sender, conv conversation.Con
 		case errors.Is(err, store.ErrDuplicateMsgID):
 			clientID = 0 // taken: let the generator choose
 		case errors.Is(err, msgid.ErrClockBehind):
-			return store.Message{}, busy("msg id", err)
+			return store.Message{}, errcode.Unavailable("msg id", err)
 		case errors.Is(err, store.ErrNotFound):
 			return store.Message{}, errcode.New(errcode.NotFound, "conversation not found")
 		case store.IsRetryable(err):
 			if serr := sleepCtx(ctx, time.Duration(5*(attempt+1))*time.Millisecond); serr != nil {
-				return store.Message{}, busy("commit", serr)
+				return store.Message{}, errcode.Unavailable("commit", serr)
 			}
 		default:
-			return store.Message{}, busy("commit", err)
+			return store.Message{}, errcode.Unavailable("commit", err)
 		}
 	}
-	return store.Message{}, busy("commit", err)
+	return store.Message{}, errcode.Unavailable("commit", err)
 }
 
 // clientIDUsable reports whether a client's msg_id may be kept at all
@@ -271,6 +271,3 @@ func ackOf(row store.Message) *protocol.SendAck {
 
 // busy wraps a dependency failure as 50301: the client retries with the
 // same client_msg_id.
-func busy(what string, err error) error {
-	return errcode.Wrap(errcode.Busy, "", errors.Join(errors.New(what), err))
-}

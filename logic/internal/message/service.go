@@ -70,8 +70,8 @@ type Service struct {
 	// machines says which machine ids hold a MsgId lease (client msg_ids
 	// of other machine ids are replaced).
 	machines *machineLeases
-	// group is the group commit every send goes through.
-	group *committer
+	// committer is the group commit every send goes through.
+	committer *committer
 }
 
 // newService returns a Service with its committer built but not started.
@@ -107,14 +107,14 @@ func newService(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *za
 		store: st, rdb: rdb, ids: ids, cfg: cfg, log: log, metrics: m,
 		convs: cfg.Conversations, machines: newMachineLeases(rdb),
 	}
-	s.group = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
+	s.committer = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
 	return s
 }
 
 // New returns a Service whose group-commit workers run.
 func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) *Service {
 	s := newService(st, rdb, ids, cfg, log, m)
-	s.group.start(s.cfg.CommitWorkers)
+	s.committer.start(s.cfg.CommitWorkers)
 	return s
 }
 
@@ -122,7 +122,7 @@ func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logge
 // still queued, and later ones, answer 50301. Call it after the gateway
 // drained its requests.
 func (s *Service) Close() {
-	s.group.close()
+	s.committer.close()
 }
 
 // Sender is the authenticated sending device.

@@ -87,25 +87,17 @@ func New(rdb redis.Cmdable, reg *gatepush.Registry, clients *gatepush.Clients, t
 	return &Service{rdb: rdb, reg: reg, clients: clients, timeout: timeout, ids: envelope.NewIDSource(), log: log}
 }
 
-func invalid(field, why string) error {
-	return errcode.New(errcode.InvalidArgument, "invalid argument: "+field+": "+why)
-}
-
-func busy(what string, err error) error {
-	return errcode.Wrap(errcode.Busy, "", fmt.Errorf("online: %s: %w", what, err))
-}
-
 // checkUsers validates user ids and returns them without duplicates, in
 // the order given.
 func checkUsers(field string, uids []int64) ([]int64, error) {
 	if len(uids) == 0 {
-		return nil, invalid(field, "empty")
+		return nil, errcode.Invalid(field, "empty")
 	}
 	out := make([]int64, 0, len(uids))
 	seen := make(map[int64]bool, len(uids))
 	for _, u := range uids {
 		if u <= 0 {
-			return nil, invalid(field, fmt.Sprintf("%d is not a user id", u))
+			return nil, errcode.Invalid(field, fmt.Sprintf("%d is not a user id", u))
 		}
 		if !seen[u] {
 			seen[u] = true
@@ -113,7 +105,7 @@ func checkUsers(field string, uids []int64) ([]int64, error) {
 		}
 	}
 	if len(out) > MaxUsers {
-		return nil, invalid(field, fmt.Sprintf("more than %d users in one call", MaxUsers))
+		return nil, errcode.Invalid(field, fmt.Sprintf("more than %d users in one call", MaxUsers))
 	}
 	return out, nil
 }
@@ -137,7 +129,7 @@ func (s *Service) devices(ctx context.Context, uids []int64) (map[int64][]Device
 		}
 		return nil
 	}); err != nil {
-		return nil, busy("read routes", err)
+		return nil, errcode.Unavailable("online: read routes", err)
 	}
 	out := make(map[int64][]Device, len(uids))
 	for i, u := range uids {
@@ -215,7 +207,7 @@ func (s *Service) eachGate(ctx context.Context, gates []string, fn func(ctx cont
 // it); a gate that could not be reached is 50301, so the caller retries.
 func (s *Service) KickUser(ctx context.Context, uid int64, reason string) (int, error) {
 	if uid <= 0 {
-		return 0, invalid("user_id", "must be a positive id")
+		return 0, errcode.Invalid("user_id", "must be a positive id")
 	}
 	devs, err := s.devices(ctx, []int64{uid})
 	if err != nil {
@@ -252,17 +244,17 @@ func (s *Service) KickUser(ctx context.Context, uid int64, reason string) (int, 
 // the TRANSIENT envelope {"code":"0",…,"data":{"payload":…}}.
 func (s *Service) transientBody(payload []byte) ([]byte, error) {
 	if len(payload) > MaxPayload {
-		return nil, invalid("payload", fmt.Sprintf("over %d bytes", MaxPayload))
+		return nil, errcode.Invalid("payload", fmt.Sprintf("over %d bytes", MaxPayload))
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(payload, &obj); err != nil || obj == nil {
-		return nil, invalid("payload", "must be a JSON object")
+		return nil, errcode.Invalid("payload", "must be a JSON object")
 	}
 	data, err := protocol.Marshal(struct {
 		Payload json.RawMessage `json:"payload"`
 	}{payload})
 	if err != nil {
-		return nil, invalid("payload", "must be a JSON object")
+		return nil, errcode.Invalid("payload", "must be a JSON object")
 	}
 	return envelope.OK(s.ids.Next(), data), nil
 }
@@ -319,7 +311,7 @@ func (s *Service) Broadcast(ctx context.Context, payload []byte) (PushResult, er
 	}
 	gates, err := s.reg.List(ctx)
 	if err != nil {
-		return PushResult{}, busy("list gates", err)
+		return PushResult{}, errcode.Unavailable("online: list gates", err)
 	}
 	addrs := make(map[string]string, len(gates))
 	ids := make([]string, 0, len(gates))
@@ -355,7 +347,7 @@ func (s *Service) Broadcast(ctx context.Context, payload []byte) (PushResult, er
 func (s *Service) Gates(ctx context.Context) ([]Gate, error) {
 	gates, err := s.reg.List(ctx)
 	if err != nil {
-		return nil, busy("list gates", err)
+		return nil, errcode.Unavailable("online: list gates", err)
 	}
 	out := make([]Gate, len(gates))
 	var wg sync.WaitGroup

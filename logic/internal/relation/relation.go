@@ -273,30 +273,23 @@ func IsRefused(err error) bool {
 	return errors.As(err, &e) && e.Code == errcode.Forbidden && e.Msg == refusedMsg
 }
 
-func invalid(msg string) error { return errcode.New(errcode.InvalidArgument, msg) }
-
-// storeErr turns a database failure into 50301: the client may retry.
-func storeErr(op string, err error) error {
-	return errcode.Wrap(errcode.Busy, "", fmt.Errorf("relation: %s: %w", op, err))
-}
-
 // checkPair validates two distinct positive user ids.
 func checkPair(a, b int64, self string) error {
 	if a <= 0 || b <= 0 {
-		return invalid("user ids must be positive")
+		return errcode.New(errcode.InvalidArgument, "user ids must be positive")
 	}
 	if a == b {
-		return invalid(self)
+		return errcode.New(errcode.InvalidArgument, self)
 	}
 	return nil
 }
 
 func checkText(field, s string) error {
 	if !utf8.ValidString(s) {
-		return invalid(field + " must be valid UTF-8")
+		return errcode.New(errcode.InvalidArgument, field+" must be valid UTF-8")
 	}
 	if utf8.RuneCountInString(s) > MaxTextLen {
-		return invalid(fmt.Sprintf("%s is at most %d characters", field, MaxTextLen))
+		return errcode.New(errcode.InvalidArgument, fmt.Sprintf("%s is at most %d characters", field, MaxTextLen))
 	}
 	return nil
 }
@@ -317,7 +310,7 @@ func (s *Service) CheckP2P(ctx context.Context, from, to int64) error {
 	}
 	f, err := s.store.P2PFacts(ctx, from, to)
 	if err != nil {
-		return storeErr("check p2p", err)
+		return errcode.Unavailable("relation: check p2p", err)
 	}
 	res := s.decide(f)
 	if s.checkTTL > 0 {
@@ -370,7 +363,7 @@ func (s *Service) change(ctx context.Context, op string,
 		return Change{}, err // mapped by the caller, which knows what was missing
 	}
 	if err != nil {
-		return Change{}, storeErr(op, err)
+		return Change{}, errcode.Unavailable("relation: "+op, err)
 	}
 	out := Change{Changed: ch.Outcome != store.RelationUnchanged}
 	if out.Changed {
@@ -398,7 +391,7 @@ func (s *Service) RequestFriend(ctx context.Context, r FriendRequest) (Change, e
 	}
 	f, err := s.store.P2PFacts(ctx, r.From, r.To)
 	if err != nil {
-		return Change{}, storeErr("request friend", err)
+		return Change{}, errcode.Unavailable("relation: request friend", err)
 	}
 	if f.RecipientStatus != store.UserActive {
 		return Change{}, refused("recipient unknown or disabled")
@@ -465,7 +458,7 @@ func (s *Service) AddFriend(ctx context.Context, a, b int64) (Change, error) {
 	for _, u := range []int64{a, b} {
 		ok, err := s.store.UserExists(ctx, u)
 		if err != nil {
-			return Change{}, storeErr("add friend", err)
+			return Change{}, errcode.Unavailable("relation: add friend", err)
 		}
 		if !ok {
 			return Change{}, errcode.New(errcode.NotFound, fmt.Sprintf("user %d not found", u))
@@ -546,11 +539,11 @@ func (s *Service) Unblock(ctx context.Context, user, target int64) (Change, erro
 func page(r ListRequest) (int, error) {
 	switch {
 	case r.UserID <= 0:
-		return 0, invalid("user id must be positive")
+		return 0, errcode.New(errcode.InvalidArgument, "user id must be positive")
 	case r.After < 0:
-		return 0, invalid("cursor must not be negative")
+		return 0, errcode.New(errcode.InvalidArgument, "cursor must not be negative")
 	case r.Limit < 0 || r.Limit > MaxPageSize:
-		return 0, invalid(fmt.Sprintf("limit is 0 to %d", MaxPageSize))
+		return 0, errcode.New(errcode.InvalidArgument, fmt.Sprintf("limit is 0 to %d", MaxPageSize))
 	case r.Limit == 0:
 		return DefaultPageSize, nil
 	}
@@ -565,7 +558,7 @@ func (s *Service) ListFriends(ctx context.Context, r ListRequest) (FriendPage, e
 	}
 	rows, err := s.store.ListFriends(ctx, r.UserID, r.After, n+1)
 	if err != nil {
-		return FriendPage{}, storeErr("list friends", err)
+		return FriendPage{}, errcode.Unavailable("relation: list friends", err)
 	}
 	p := FriendPage{More: len(rows) > n, Next: r.After}
 	if p.More {
@@ -586,7 +579,7 @@ func (s *Service) ListBlocks(ctx context.Context, r ListRequest) (BlockPage, err
 	}
 	rows, err := s.store.ListBlocks(ctx, r.UserID, r.After, n+1)
 	if err != nil {
-		return BlockPage{}, storeErr("list blocks", err)
+		return BlockPage{}, errcode.Unavailable("relation: list blocks", err)
 	}
 	p := BlockPage{More: len(rows) > n, Next: r.After}
 	if p.More {
@@ -608,7 +601,7 @@ func (s *Service) ListRequests(ctx context.Context, r ListRequest) (RequestPage,
 	}
 	rows, err := s.store.ListIncomingRequests(ctx, r.UserID, r.After, n+1)
 	if err != nil {
-		return RequestPage{}, storeErr("list friend requests", err)
+		return RequestPage{}, errcode.Unavailable("relation: list friend requests", err)
 	}
 	p := RequestPage{More: len(rows) > n, Next: r.After}
 	if p.More {

@@ -83,15 +83,9 @@ func New(st *store.Store, sessions Sessions) *Service {
 	return &Service{store: st, sessions: sessions, now: time.Now}
 }
 
-func invalid(field, why string) error {
-	return errcode.New(errcode.InvalidArgument, "invalid argument: "+field+": "+why)
-}
-
-func busy(err error) error { return errcode.Wrap(errcode.Busy, "", err) }
-
 func checkID(id int64) error {
 	if id <= 0 {
-		return invalid("user_id", "must be a positive id")
+		return errcode.Invalid("user_id", "must be a positive id")
 	}
 	return nil
 }
@@ -101,9 +95,9 @@ func checkText(field string, v *string, maxLen int) error {
 	case v == nil:
 		return nil
 	case !utf8.ValidString(*v):
-		return invalid(field, "not valid UTF-8")
+		return errcode.Invalid(field, "not valid UTF-8")
 	case utf8.RuneCountInString(*v) > maxLen:
-		return invalid(field, fmt.Sprintf("longer than %d characters", maxLen))
+		return errcode.Invalid(field, fmt.Sprintf("longer than %d characters", maxLen))
 	}
 	return nil
 }
@@ -112,15 +106,15 @@ func checkText(field string, v *string, maxLen int) error {
 // bytes and returns it compacted.
 func compactObject(s string) ([]byte, error) {
 	if len(s) > MaxExtraLen {
-		return nil, invalid("extra", fmt.Sprintf("over %d bytes", MaxExtraLen))
+		return nil, errcode.Invalid("extra", fmt.Sprintf("over %d bytes", MaxExtraLen))
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &obj); err != nil || obj == nil {
-		return nil, invalid("extra", "must be a JSON object")
+		return nil, errcode.Invalid("extra", "must be a JSON object")
 	}
 	var b bytes.Buffer
 	if err := json.Compact(&b, []byte(s)); err != nil {
-		return nil, invalid("extra", "must be a JSON object")
+		return nil, errcode.Invalid("extra", "must be a JSON object")
 	}
 	return b.Bytes(), nil
 }
@@ -146,7 +140,7 @@ func (s *Service) Upsert(ctx context.Context, req UpsertRequest) (Profile, error
 		u.Extra = b
 	}
 	if err := s.store.UpsertProfile(ctx, u, s.now()); err != nil {
-		return Profile{}, busy(fmt.Errorf("user: upsert: %w", err))
+		return Profile{}, errcode.Unavailable("user: upsert", err)
 	}
 	return s.Get(ctx, req.UserID)
 }
@@ -161,7 +155,7 @@ func (s *Service) Get(ctx context.Context, uid int64) (Profile, error) {
 		return Profile{}, errcode.New(errcode.NotFound, "not found: user_id")
 	}
 	if err != nil {
-		return Profile{}, busy(fmt.Errorf("user: get: %w", err))
+		return Profile{}, errcode.Unavailable("user: get", err)
 	}
 	out := Profile{
 		UserID: p.ID, Nickname: p.Nickname, Avatar: p.Avatar, Extra: json.RawMessage(p.Extra),
@@ -210,7 +204,7 @@ func (s *Service) Enable(ctx context.Context, uid int64) (Profile, error) {
 		return Profile{}, errcode.New(errcode.NotFound, "user not found")
 	}
 	if err != nil {
-		return Profile{}, busy(fmt.Errorf("user: enable: %w", err))
+		return Profile{}, errcode.Unavailable("user: enable", err)
 	}
 	return s.Get(ctx, uid)
 }
@@ -225,7 +219,7 @@ func (s *Service) revoke(ctx context.Context, uid int64, disable bool, reason st
 	// token minted later in this second is refused too (decisions.md).
 	v, err := s.store.RevokeTokens(ctx, uid, now.UnixMilli(), disable, now)
 	if err != nil {
-		return Revoked{}, busy(fmt.Errorf("user: revoke: %w", err))
+		return Revoked{}, errcode.Unavailable("user: revoke", err)
 	}
 	out := Revoked{ValidAfterMs: v}
 	if s.sessions == nil {
