@@ -12,6 +12,7 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/retry"
 	"github.com/sparkim/spark/pkg/token"
 )
 
@@ -28,7 +29,7 @@ func (c *Conn) Send(ctx context.Context, req protocol.SendRequest) (protocol.Sen
 	if err != nil {
 		return protocol.SendAck{}, fmt.Errorf("client: encode send: %w", err)
 	}
-	pause := c.opts.SendBackoff
+	pacing := retry.Policy{Initial: c.opts.SendBackoff, Multiplier: 2}
 	var last error
 	for attempt := 1; ; attempt++ {
 		ack, err := c.sendOnce(ctx, body)
@@ -41,7 +42,7 @@ func (c *Conn) Send(ctx context.Context, req protocol.SendRequest) (protocol.Sen
 		if !retryable || attempt >= c.opts.SendAttempts || ctx.Err() != nil {
 			break
 		}
-		t := time.NewTimer(pause)
+		t := time.NewTimer(pacing.Delay(attempt - 1))
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -51,7 +52,6 @@ func (c *Conn) Send(ctx context.Context, req protocol.SendRequest) (protocol.Sen
 			return protocol.SendAck{}, fmt.Errorf("client: send %s: %w (last: %v)", req.ClientMsgID, ErrClosed, last)
 		case <-t.C:
 		}
-		pause *= 2
 	}
 	return protocol.SendAck{}, last
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // KickServerShutdown is the KICK reason of a gate that is stopping: the
@@ -112,12 +113,7 @@ func StartSession(opts SessionOptions) (*Session, error) {
 // share of the other half, so the clients of one stopping gate do not come
 // back in lockstep.
 func backoffDelay(n int, lo, hi time.Duration, random func() float64) time.Duration {
-	d := lo
-	for i := 0; i < n && d < hi; i++ {
-		d *= 2
-	}
-	d = min(d, hi)
-	return d/2 + time.Duration(random()*float64(d/2))
+	return retry.Policy{Initial: lo, Max: hi, Multiplier: 2, Jitter: true, Random: random}.Delay(n)
 }
 
 // Pushes delivers every push of every connection, KICKs included, in

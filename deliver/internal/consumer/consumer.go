@@ -15,17 +15,23 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/sparkim/spark/deliver/internal/backoff"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/failpoint"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/retry"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 // DoneTTL is how long a delivered msg_id is remembered, so a job enqueued
 // again by a client retry within it is not pushed twice.
 const DoneTTL = 24 * time.Hour
+
+// redisRetry paces a partition's retries of a failing Redis (reads,
+// processing, acks) so it neither spins nor gives up on a job: 50 ms
+// doubling to 2 s, jittered so the instances of one outage do not hit
+// Redis in lockstep.
+var redisRetry = retry.Policy{Initial: 50 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2, Jitter: true}
 
 // Processor handles one decoded job. An error means the job could not be
 // processed now (Redis down) and is retried; it must not have pushed.
@@ -99,7 +105,7 @@ func (c *Consumer) Run(ctx context.Context, stop <-chan struct{}, p int) {
 		}
 	}()
 	log := c.log.With(zap.Int("partition", p))
-	bo := backoff.New(50*time.Millisecond, 2*time.Second)
+	bo := retry.NewBackoff(redisRetry)
 	for readCtx.Err() == nil {
 		// After any read error we claim our pending entries again: Redis may
 		// have delivered entries to us on a reply we never received.
@@ -114,7 +120,7 @@ func (c *Consumer) Run(ctx context.Context, stop <-chan struct{}, p int) {
 
 // claimPending takes over and processes every pending entry of the group on
 // p's stream, in stream order. It reports false when the partition must stop.
-func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Logger, bo *backoff.Backoff) bool {
+func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Logger, bo *retry.Backoff) bool {
 	stream := rediskey.Deliver(p)
 	start := "0-0"
 	for {
@@ -159,7 +165,7 @@ func (c *Consumer) claimPending(ctx, readCtx context.Context, p int, log *zap.Lo
 // current batch is processed, so under a backlog a batch never waits for
 // its own read; batches are still processed one at a time, in stream
 // order.
-func (c *Consumer) readNew(ctx, readCtx context.Context, stop <-chan struct{}, p int, log *zap.Logger, bo *backoff.Backoff) bool {
+func (c *Consumer) readNew(ctx, readCtx context.Context, stop <-chan struct{}, p int, log *zap.Logger, bo *retry.Backoff) bool {
 	rctx, cancel := context.WithCancel(readCtx)
 	// Unbuffered: the reader holds at most one batch read ahead; more
 	// would only hold entries pending that another owner could take after
@@ -361,7 +367,7 @@ func (c *Consumer) processEntries(ctx, readCtx context.Context, p int, msgs []re
 		}
 		jobs = append(jobs, job)
 	}
-	bo := backoff.New(50*time.Millisecond, 2*time.Second)
+	bo := retry.NewBackoff(redisRetry)
 	for len(jobs) > 0 {
 		err := c.process(ctx, p, jobs)
 		if err == nil {
@@ -424,7 +430,7 @@ const ackChunk = 500
 // leaving the jobs for a second push by the next owner.
 func (c *Consumer) ack(ctx context.Context, p int, msgs []redis.XMessage, jobs []*queuev1.DeliverJob, log *zap.Logger) bool {
 	stream := rediskey.Deliver(p)
-	bo := backoff.New(50*time.Millisecond, 2*time.Second)
+	bo := retry.NewBackoff(redisRetry)
 	for lo := 0; lo < len(msgs); lo += ackChunk {
 		hi := min(lo+ackChunk, len(msgs))
 		ids := make([]string, 0, hi-lo)

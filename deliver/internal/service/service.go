@@ -12,10 +12,10 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
-	"github.com/sparkim/spark/deliver/internal/backoff"
 	"github.com/sparkim/spark/deliver/internal/consumer"
 	"github.com/sparkim/spark/deliver/internal/lease"
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // Config configures a Service.
@@ -86,7 +86,7 @@ func (s *Service) Ready(ctx context.Context) error {
 // Run serves until ctx ends, then stops reading, lets in-flight jobs finish
 // within the drain time, releases the leases and returns.
 func (s *Service) Run(ctx context.Context) error {
-	bo := backoff.New(100*time.Millisecond, 3*time.Second)
+	bo := retry.NewBackoff(retry.Policy{Initial: 100 * time.Millisecond, Max: 3 * time.Second, Multiplier: 2, Jitter: true})
 	for p := 0; p < s.cfg.Partitions; {
 		if err := consumer.EnsureGroup(ctx, s.rdb, p); err != nil {
 			if ctx.Err() != nil {

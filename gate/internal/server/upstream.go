@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/retry"
 	"github.com/sparkim/spark/pkg/rpclimit"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -331,8 +331,9 @@ func (st *stream) log() *zap.Logger {
 
 // run keeps the stream connected until the upstream drains or ctx ends.
 func (st *stream) run(ctx context.Context) {
-	const minBackoff, maxBackoff = 100 * time.Millisecond, 5 * time.Second
-	backoff := minBackoff
+	// Jitter keeps many gates from reconnecting to a restarted logic in
+	// lockstep.
+	bo := retry.NewBackoff(retry.Policy{Initial: 100 * time.Millisecond, Max: 5 * time.Second, Multiplier: 2, Jitter: true})
 	failures := 0
 	for {
 		began := time.Now()
@@ -347,19 +348,18 @@ func (st *stream) run(ctx context.Context) {
 		default:
 		}
 		if wasUp || time.Since(began) > 10*time.Second {
-			backoff, failures = minBackoff, 0
+			bo.Reset()
+			failures = 0
 		}
 		failures++
+		wait := bo.Next()
 		// A logic that stays down would otherwise log every few seconds
 		// per stream; warn on the change and then now and then.
 		if failures == 1 || failures%30 == 0 {
-			st.log().Warn("logic stream down", zap.Error(err), zap.Int("attempts", failures), zap.Duration("retry_in", backoff))
+			st.log().Warn("logic stream down", zap.Error(err), zap.Int("attempts", failures), zap.Duration("retry_in", wait))
 		} else {
 			st.log().Debug("logic stream still down", zap.Error(err), zap.Int("attempts", failures))
 		}
-		// Jitter keeps many gates from reconnecting to a restarted logic
-		// in lockstep.
-		wait := backoff/2 + rand.N(backoff/2+1)
 		select {
 		case <-ctx.Done():
 			return
@@ -367,7 +367,6 @@ func (st *stream) run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		backoff = min(backoff*2, maxBackoff)
 	}
 }
 

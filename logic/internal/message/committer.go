@@ -16,6 +16,7 @@ import (
 	"github.com/sparkim/spark/pkg/failpoint"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/retry"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
@@ -287,7 +288,7 @@ func (c *committer) insert(ctx context.Context, batch []*pending, fresh []int, o
 		if err == nil || !store.IsRetryable(err) {
 			break
 		}
-		if serr := sleepCtx(ctx, time.Duration(5*(attempt+1))*time.Millisecond); serr != nil {
+		if serr := retry.Sleep(ctx, commitRetry.Delay(attempt)); serr != nil {
 			break
 		}
 	}
@@ -364,16 +365,4 @@ func (s *Service) enqueuePipelined(ctx context.Context, jobs []*queuev1.DeliverJ
 		}
 	}
 	return errs
-}
-
-// sleepCtx sleeps d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

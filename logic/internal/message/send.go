@@ -17,11 +17,16 @@ import (
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // maxCommitAttempts bounds the send transaction's re-runs (deadlocks, a
 // reused client msg_id, a concurrent identical send).
 const maxCommitAttempts = 5
+
+// commitRetry paces the re-runs of a send transaction that lost a
+// deadlock or a lock wait: 5 ms longer before each retry.
+var commitRetry = retry.Policy{Initial: 5 * time.Millisecond, Step: 5 * time.Millisecond, Attempts: maxCommitAttempts}
 
 // clientIDSkew bounds how far ahead of this server's clock a client msg_id
 // may be: clock skew between the logic that issued it and this one, no
@@ -228,7 +233,7 @@ func (s *Service) commit(ctx context.Context, from Sender, conv conversation.Con
 		case errors.Is(err, store.ErrNotFound):
 			return store.Message{}, errcode.New(errcode.NotFound, "conversation not found")
 		case store.IsRetryable(err):
-			if serr := sleepCtx(ctx, time.Duration(5*(attempt+1))*time.Millisecond); serr != nil {
+			if serr := retry.Sleep(ctx, commitRetry.Delay(attempt)); serr != nil {
 				return store.Message{}, errcode.Unavailable("commit", serr)
 			}
 		default:

@@ -112,7 +112,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	defer hwdb.Close()
 	st := store.New(db)
-	if err := retry(ctx, log, "mysql", st.Ping); err != nil {
+	if err := awaitDep(ctx, log, "mysql", st.Ping); err != nil {
 		return err
 	}
 	rdb, err := redisconn.Open(lc.Redis, redisconn.Options{})
@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		return fmt.Errorf("logic.redis: %w", err)
 	}
 	defer rdb.Close()
-	if err := retry(ctx, log, "redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
+	if err := awaitDep(ctx, log, "redis", func(ctx context.Context) error { return rdb.Ping(ctx).Err() }); err != nil {
 		return err
 	}
 
@@ -156,7 +156,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 			return nil
 		},
 	}
-	if err := retry(ctx, log, "msgid machine lease", func(context.Context) error {
+	if err := awaitDep(ctx, log, "msgid machine lease", func(context.Context) error {
 		if lc.MachineID == AutoMachineID {
 			// Every id held is worth waiting for: one frees up when its
 			// logic stops or its lease expires.
@@ -300,7 +300,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	return runErr
 }
 
-// backoffStop ends retry for an error that waiting will not fix.
+// backoffStop ends awaitDep for an error that waiting will not fix.
 type backoffStop struct{ err error }
 
 func (b backoffStop) Error() string { return b.err.Error() }

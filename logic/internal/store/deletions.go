@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // DeleteForUser records that userID deleted msgID for themselves and, in
@@ -15,16 +17,14 @@ import (
 // Deleting again changes nothing and appends no event; deleted reports
 // whether this call recorded the deletion. Deadlocks are retried.
 func (s *Store) DeleteForUser(ctx context.Context, userID, conversationID, msgID, eventID int64, event MailboxEvent) (deleted bool, err error) {
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
+	err = retry.Do(ctx, txRetry, func(ctx context.Context) (err error) {
 		deleted, err = s.deleteForUserOnce(ctx, userID, conversationID, msgID, eventID, event)
-		if err == nil || !IsRetryable(err) {
-			return deleted, err
-		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return false, err
-		}
+		return err
+	})
+	if IsRetryable(err) {
+		return false, fmt.Errorf("store: delete for user: %w", err)
 	}
-	return false, fmt.Errorf("store: delete for user: %w", err)
+	return deleted, err
 }
 
 func (s *Store) deleteForUserOnce(ctx context.Context, userID, conversationID, msgID, eventID int64, event MailboxEvent) (bool, error) {

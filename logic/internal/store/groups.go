@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // ConversationGroup is t_conversations.type of a group conversation.
@@ -100,19 +102,16 @@ func (s *Store) CreateGroup(ctx context.Context, ng NewGroup, events []MailboxEv
 	if len(events) != len(eventIDs) {
 		return GroupChange{}, fmt.Errorf("store: create group: %d events but %d ids", len(events), len(eventIDs))
 	}
-	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		var c GroupChange
+	var c GroupChange
+	err := retry.Do(ctx, txRetry, func(ctx context.Context) (err error) {
 		c, err = s.createGroupOnce(ctx, ng, events, eventIDs)
-		if err == nil {
-			return c, nil
-		}
-		if !IsRetryable(err) {
-			return GroupChange{}, fmt.Errorf("store: create group: %w", err)
-		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return GroupChange{}, err
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return c, nil
+	case err == ctx.Err():
+		return GroupChange{}, err // ended while waiting to retry
 	}
 	return GroupChange{}, fmt.Errorf("store: create group: %w", err)
 }
@@ -450,23 +449,19 @@ type GroupChange struct {
 // retried) and must have no effect outside tx. ErrNotFound without the
 // group.
 func (s *Store) ChangeGroup(ctx context.Context, ref GroupRef, eventIDs []int64, fn func(ctx context.Context, t *GroupTx) error) (GroupChange, error) {
-	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		var c GroupChange
-		var fnErr bool
+	var c GroupChange
+	var fnErr bool
+	err := retry.Do(ctx, txRetry, func(ctx context.Context) (err error) {
 		c, fnErr, err = s.changeGroupOnce(ctx, ref, eventIDs, fn)
-		if err == nil {
-			return c, nil
-		}
-		if fnErr || errors.Is(err, ErrNotFound) || errors.Is(err, ErrGroupFull) {
-			return GroupChange{}, err
-		}
-		if !IsRetryable(err) {
-			return GroupChange{}, fmt.Errorf("store: change group: %w", err)
-		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return GroupChange{}, err
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return c, nil
+	case fnErr || errors.Is(err, ErrNotFound) || errors.Is(err, ErrGroupFull):
+		return GroupChange{}, err
+	case err == ctx.Err():
+		return GroupChange{}, err // ended while waiting to retry
 	}
 	return GroupChange{}, fmt.Errorf("store: change group: %w", err)
 }

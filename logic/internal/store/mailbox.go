@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // MailboxEvent is a t_mailbox_events row.
@@ -31,21 +33,18 @@ const MaxPayload = 4096
 // in the order of events. ids gives each event's row id (len(ids) ==
 // len(events)). Deadlocks are retried.
 func (s *Store) AppendMailbox(ctx context.Context, events []MailboxEvent, ids []int64) ([]int64, error) {
-	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		var seqs []int64
+	var seqs []int64
+	err := retry.Do(ctx, txRetry, func(ctx context.Context) (err error) {
 		seqs, err = s.appendMailboxOnce(ctx, events, ids)
-		if err == nil {
-			return seqs, nil
-		}
-		if !IsRetryable(err) {
-			return nil, err
-		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return nil, err
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return seqs, nil
+	case IsRetryable(err):
+		return nil, fmt.Errorf("store: append mailbox: %w", err)
 	}
-	return nil, fmt.Errorf("store: append mailbox: %w", err)
+	return nil, err
 }
 
 func (s *Store) appendMailboxOnce(ctx context.Context, events []MailboxEvent, ids []int64) ([]int64, error) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // Message is a t_messages row.
@@ -276,18 +278,18 @@ type Recall struct {
 // and nothing is written.
 func (s *Store) RecallMessage(ctx context.Context, msgID, conversationID, userID int64, window time.Duration, now time.Time,
 	ids func(n int) ([]int64, error), event func(member int64, m Message) MailboxEvent) (Recall, error) {
-	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		var r Recall
+	var r Recall
+	err := retry.Do(ctx, txRetry, func(ctx context.Context) (err error) {
 		r, err = s.recallOnce(ctx, msgID, conversationID, userID, window, now, ids, event)
-		if err == nil || !IsRetryable(err) {
-			return r, err
-		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return Recall{}, err
-		}
+		return err
+	})
+	switch {
+	case err == ctx.Err() && err != nil:
+		return Recall{}, err // ended while waiting to retry
+	case IsRetryable(err):
+		return Recall{}, fmt.Errorf("store: recall: %w", err)
 	}
-	return Recall{}, fmt.Errorf("store: recall: %w", err)
+	return r, err
 }
 
 func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID int64, window time.Duration, now time.Time,

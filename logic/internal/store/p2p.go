@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // ConversationP2P is t_conversations.type of a P2P conversation.
@@ -14,6 +16,10 @@ const ConversationP2P = 1
 // maxTxAttempts bounds the re-runs of a transaction after a deadlock or a
 // lock wait timeout.
 const maxTxAttempts = 5
+
+// txRetry re-runs a transaction that lost a deadlock or a lock wait: up to
+// maxTxAttempts tries, waiting 5 ms longer before each retry.
+var txRetry = retry.Policy{Initial: 5 * time.Millisecond, Step: 5 * time.Millisecond, Attempts: maxTxAttempts, Retryable: IsRetryable}
 
 // P2P is a pair of users and their one conversation.
 type P2P struct {
@@ -82,21 +88,18 @@ func (s *Store) GetOrCreateP2P(ctx context.Context, a, b int64, newID func(conte
 	if id, err := s.FindP2P(ctx, a, b); err == nil || !errors.Is(err, ErrNotFound) {
 		return id, err
 	}
-	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		var id int64
+	var id int64
+	err := retry.Do(ctx, txRetry, func(ctx context.Context) (err error) {
 		id, err = s.createP2P(ctx, a, b, newID)
-		if err == nil {
-			return id, nil
-		}
-		if !IsRetryable(err) {
-			return 0, err
-		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return 0, err
-		}
+		return err
+	})
+	switch {
+	case err == nil:
+		return id, nil
+	case IsRetryable(err):
+		return 0, fmt.Errorf("store: create p2p conversation: %w", err)
 	}
-	return 0, fmt.Errorf("store: create p2p conversation: %w", err)
+	return 0, err
 }
 
 func (s *Store) createP2P(ctx context.Context, a, b int64, newID func(context.Context) (int64, error)) (int64, error) {
@@ -133,19 +136,4 @@ ON DUPLICATE KEY UPDATE id = id`, small, big, mine, now); err != nil {
 		return 0, err
 	}
 	return got, nil
-}
-
-func backoff(attempt int) time.Duration {
-	return time.Duration(5*(attempt+1)) * time.Millisecond
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // Friend request statuses (t_friend_requests.status).
@@ -98,22 +100,20 @@ type P2PFacts struct {
 // and every change is written so that this is enough (see RequestFriend).
 func (s *Store) relationTx(ctx context.Context, op string, ids []int64, events RelationEvents,
 	fn func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error)) (RelationChange, error) {
-	var err error
-	for attempt := 0; attempt < maxTxAttempts; attempt++ {
-		var ch RelationChange
-		ch, err = s.relationTxOnce(ctx, ids, events, fn)
+	p := txRetry
+	p.Retryable = func(err error) bool {
 		_, dup := duplicateKey(err)
-		if err == nil || !(IsRetryable(err) || dup) {
-			if err != nil {
-				return RelationChange{}, fmt.Errorf("store: %s: %w", op, err)
-			}
-			return ch, nil
-		}
-		if err := sleepCtx(ctx, backoff(attempt)); err != nil {
-			return RelationChange{}, fmt.Errorf("store: %s: %w", op, err)
-		}
+		return IsRetryable(err) || dup
 	}
-	return RelationChange{}, fmt.Errorf("store: %s: %w", op, err)
+	var ch RelationChange
+	err := retry.Do(ctx, p, func(ctx context.Context) (err error) {
+		ch, err = s.relationTxOnce(ctx, ids, events, fn)
+		return err
+	})
+	if err != nil {
+		return RelationChange{}, fmt.Errorf("store: %s: %w", op, err)
+	}
+	return ch, nil
 }
 
 func (s *Store) relationTxOnce(ctx context.Context, ids []int64, events RelationEvents,
