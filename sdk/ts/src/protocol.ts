@@ -26,7 +26,7 @@ export const Cmd = {
   GROUP: 20,
 } as const;
 
-/** Error codes the SDK acts on (the full table is in the README). */
+/** Error codes (docs/protocol.md §5 says what each means and what a client does). */
 export const Code = {
   OK: "0",
   INVALID_ARGUMENT: "40001",
