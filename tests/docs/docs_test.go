@@ -1,0 +1,198 @@
+// Package docs checks the repository's Markdown documents as a reader
+// meets them: the README stays a landing page, and every link leads to a
+// file (and heading) inside the repository.
+package docs
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// maxReadmeLines keeps README.md a landing page; detail belongs in docs/.
+const maxReadmeLines = 300
+
+// skipDirs are never walked: VCS data, installed packages, run output.
+var skipDirs = map[string]bool{".git": true, "node_modules": true, ".run": true, "bin": true}
+
+var (
+	// inlineLink matches [text](target) and ![alt](target), with an
+	// optional "title".
+	inlineLink = regexp.MustCompile(`\]\(([^()\s]+)(?:\s+"[^"]*")?\)`)
+	// codeSpan matches a code span of any backtick run length.
+	codeSpan = regexp.MustCompile("(`+)[^`](?:.*?[^`])?(`+)")
+	// scheme matches a target that leaves the repository (https:, mailto:…).
+	scheme  = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
+	heading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// markdownFiles returns every .md file of the repository, relative to root.
+func markdownFiles(t *testing.T, root string) []string {
+	t.Helper()
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if skipDirs[d.Name()] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(d.Name(), ".md") {
+			rel, err := filepath.Rel(root, path)
+			if err != nil {
+				return err
+			}
+			files = append(files, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// prose returns the lines of a Markdown text outside fenced code blocks,
+// with code spans removed: links and headings inside code are not links.
+func prose(text string) []string {
+	var out []string
+	fence := ""
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if fence != "" {
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+			}
+			out = append(out, "")
+			continue
+		}
+		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+			fence = trimmed[:3]
+			out = append(out, "")
+			continue
+		}
+		out = append(out, codeSpan.ReplaceAllString(line, ""))
+	}
+	return out
+}
+
+// anchors returns the heading anchors GitHub gives a Markdown text:
+// lower case, punctuation dropped, spaces as hyphens, repeats numbered.
+func anchors(text string) map[string]bool {
+	set := map[string]bool{}
+	seen := map[string]int{}
+	fence := ""
+	for _, line := range strings.Split(text, "\n") {
+		trimmed := strings.TrimSpace(line)
+		if fence != "" {
+			if strings.HasPrefix(trimmed, fence) {
+				fence = ""
+			}
+			continue
+		}
+		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+			fence = trimmed[:3]
+			continue
+		}
+		m := heading.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case unicode.IsLetter(r) || unicode.IsDigit(r) || r == '-' || r == '_':
+				b.WriteRune(r)
+			case r == ' ':
+				b.WriteRune('-')
+			}
+		}
+		slug := b.String()
+		if n := seen[slug]; n > 0 {
+			set[fmt.Sprintf("%s-%d", slug, n)] = true
+		} else {
+			set[slug] = true
+		}
+		seen[slug]++
+	}
+	return set
+}
+
+func TestReadmeIsALandingPage(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n > maxReadmeLines {
+		t.Errorf("README.md has %d lines, more than %d: move detail to docs/", n, maxReadmeLines)
+	}
+}
+
+// Every link of every Markdown file resolves inside the repository: the
+// file or directory exists, a #fragment names one of the target's
+// headings, and no link leaves the repository.
+func TestMarkdownLinksStayInTheRepository(t *testing.T) {
+	root := repoRoot(t)
+	files := markdownFiles(t, root)
+	if len(files) == 0 {
+		t.Fatal("no Markdown files found")
+	}
+	cache := map[string]map[string]bool{}
+	anchorsOf := func(path string) map[string]bool {
+		if a, ok := cache[path]; ok {
+			return a
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache[path] = anchors(string(b))
+		return cache[path]
+	}
+	for _, rel := range files {
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range prose(string(b)) {
+			for _, m := range inlineLink.FindAllStringSubmatch(line, -1) {
+				target := m[1]
+				where := fmt.Sprintf("%s:%d: link %q", rel, i+1, target)
+				if scheme.MatchString(target) {
+					t.Errorf("%s leaves the repository", where)
+					continue
+				}
+				path, fragment, _ := strings.Cut(target, "#")
+				full := filepath.Join(root, rel)
+				if path != "" {
+					full = filepath.Join(filepath.Dir(full), filepath.FromSlash(path))
+				}
+				if r, err := filepath.Rel(root, full); err != nil || r == ".." || strings.HasPrefix(r, ".."+string(filepath.Separator)) {
+					t.Errorf("%s leaves the repository", where)
+					continue
+				}
+				if _, err := os.Stat(full); err != nil {
+					t.Errorf("%s: no such file", where)
+					continue
+				}
+				if fragment != "" && strings.HasSuffix(full, ".md") && !anchorsOf(full)[fragment] {
+					t.Errorf("%s: no heading with anchor #%s", where, fragment)
+				}
+			}
+		}
+	}
+}
