@@ -3,7 +3,11 @@
 // ceil(P / live instances) of partition leases (SET NX PX), renews them at a
 // third of their TTL, and hands extras back once their worker finished the
 // job in hand. A partition has at most one owner while leases are renewed,
-// so its jobs are processed in stream order.
+// so its jobs are processed in stream order. The lease keys are pkg/lease
+// leases whose holder is the deliver id: after a crash and restart under
+// the same id the partitions resume without waiting for the old leases to
+// expire. (Two live processes must never share an id; they would share
+// the consumer name too.)
 package lease
 
 import (
@@ -20,40 +24,9 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	redislease "github.com/sparkim/spark/pkg/lease"
 	"github.com/sparkim/spark/pkg/rediskey"
 )
-
-// renewScript extends the lease only while we still hold it.
-const renewScript = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0`
-
-// releaseScript deletes the lease only while we still hold it, so a late
-// release never removes the lease of the instance that took over.
-const releaseScript = `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0`
-
-// acquireScript is SET NX PX, except that a lease already naming us is
-// taken back at once: after a crash and restart under the same deliver id
-// the partitions resume without waiting for the old leases to expire. (Two
-// live processes must never share an id; they would share the consumer
-// name too.)
-const acquireScript = `
-local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return 1
-end
-if v == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-return 0`
 
 // Config configures a Manager.
 type Config struct {
@@ -85,14 +58,11 @@ func (pt *part) halt() {
 // Manager holds this instance's leases and runs a worker per owned
 // partition.
 type Manager struct {
-	rdb     redis.Cmdable
-	cfg     Config
-	log     *zap.Logger
-	m       *metrics.Metrics
-	acquire *redis.Script
-	renew   *redis.Script
-	release *redis.Script
-	offset  int
+	rdb    redis.Cmdable
+	cfg    Config
+	log    *zap.Logger
+	m      *metrics.Metrics
+	offset int
 
 	healthy atomic.Bool
 
@@ -106,7 +76,6 @@ func New(rdb redis.Cmdable, cfg Config, log *zap.Logger, m *metrics.Metrics) *Ma
 	_, _ = h.Write([]byte(cfg.ID))
 	return &Manager{
 		rdb: rdb, cfg: cfg, log: log, m: m,
-		acquire: redis.NewScript(acquireScript), renew: redis.NewScript(renewScript), release: redis.NewScript(releaseScript),
 		// Instances starting together try partitions in different orders, so
 		// they do not all race for partition 0 first.
 		offset: int(h.Sum32() % uint32(max(cfg.Partitions, 1))),
@@ -171,7 +140,7 @@ func (m *Manager) reap(ctx context.Context, owned map[int]*part, p int) {
 	delete(owned, p)
 	if !pt.lost {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := m.release.Run(cctx, m.rdb, []string{rediskey.DeliverLease(p)}, m.cfg.ID).Err()
+		_, err := redislease.Release(cctx, m.rdb, rediskey.DeliverLease(p), m.cfg.ID)
 		cancel()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			// It expires by itself after the TTL.
@@ -213,7 +182,7 @@ func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int
 		if pt.lost {
 			continue
 		}
-		n, err := m.renew.Run(tctx, m.rdb, []string{rediskey.DeliverLease(p)}, m.cfg.ID, m.cfg.TTL.Milliseconds()).Int()
+		ours, err := redislease.Renew(tctx, m.rdb, rediskey.DeliverLease(p), m.cfg.ID, m.cfg.TTL)
 		switch {
 		case err != nil:
 			// Unknown whether it still holds. Stop at the last tick
@@ -228,7 +197,7 @@ func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int
 				pt.halt()
 				m.log.Warn("lease not renewed in time, stopping partition", zap.Int("partition", p), zap.Error(err))
 			}
-		case n == 0:
+		case !ours:
 			pt.lost = true
 			pt.halt()
 			m.log.Warn("lease lost, stopping partition", zap.Int("partition", p))
@@ -261,13 +230,13 @@ func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int
 		if _, ok := owned[p]; ok {
 			continue
 		}
-		got, err := m.acquire.Run(tctx, m.rdb, []string{rediskey.DeliverLease(p)}, m.cfg.ID, m.cfg.TTL.Milliseconds()).Int()
+		got, err := redislease.Acquire(tctx, m.rdb, rediskey.DeliverLease(p), m.cfg.ID, m.cfg.TTL)
 		if err != nil {
 			m.m.RedisErrors.Inc()
 			m.log.Warn("acquire lease", zap.Int("partition", p), zap.Error(err))
 			break
 		}
-		if got == 0 {
+		if !got {
 			continue
 		}
 		pt := &part{stop: make(chan struct{}), lastRenew: now}

@@ -1,9 +1,9 @@
-// Package lease holds a Redis lease: a key set with NX and a TTL to a
-// random token, renewed by compare-and-expire, released by
-// compare-and-delete. Logic guards its MsgId machine id with one, and
-// issues ids only while the lease is certainly still its own (Held): a
-// holder that cannot renew stops at a safety margin before the key could
-// expire in Redis, so a process that takes the id over never overlaps it.
+// Package lease holds logic's MsgId machine-id lease on top of the Redis
+// lease primitive (pkg/lease): a key taken with a random token, renewed
+// in the background, released on stop. Logic issues ids only while the
+// lease is certainly still its own (Check): a holder that cannot renew
+// stops at a safety margin before the key could expire in Redis, so a
+// process that takes the id over never overlaps it.
 package lease
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sparkim/spark/pkg/failpoint"
+	redislease "github.com/sparkim/spark/pkg/lease"
 )
 
 // ErrHeld is returned when another holder keeps the lease.
@@ -27,18 +28,6 @@ var ErrHeld = errors.New("lease: held by another process")
 // ErrNotHeld is returned by Check when the lease may have expired (it
 // could not be renewed within TTL minus the margin) or was taken over.
 var ErrNotHeld = errors.New("lease: not certainly held")
-
-var renewScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0`)
-
-var releaseScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0`)
 
 // Options configure Acquire.
 type Options struct {
@@ -156,12 +145,12 @@ func newLease(rdb redis.UniversalClient, key string, opts Options) (*Lease, erro
 		stop: make(chan struct{}), done: make(chan struct{})}, nil
 }
 
-// take tries SET NX once; true when the key is now ours.
+// take tries to acquire the key once; true when it is now ours.
 func (l *Lease) take(ctx context.Context) (bool, error) {
 	sent := l.since()
-	ok, err := l.rdb.SetNX(ctx, l.key, l.token, l.opts.TTL).Result()
+	ok, err := redislease.Acquire(ctx, l.rdb, l.key, l.token, l.opts.TTL)
 	if err != nil {
-		return false, fmt.Errorf("lease: SET NX %s: %w", l.key, err)
+		return false, err
 	}
 	if ok {
 		l.confirmed(sent)
@@ -207,12 +196,12 @@ func (l *Lease) renew() {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), every)
 		sent := l.since()
-		n, err := l.renewOnce(ctx)
-		if err == nil && n == 0 {
+		ours, err := l.renewOnce(ctx)
+		if err == nil && !ours {
 			// Expired (Redis was unreachable for a TTL, or flushed): take
 			// it again unless someone else has.
 			var ok bool
-			ok, err = l.rdb.SetNX(ctx, l.key, l.token, l.opts.TTL).Result()
+			ok, err = redislease.Acquire(ctx, l.rdb, l.key, l.token, l.opts.TTL)
 			if err == nil && !ok {
 				cancel()
 				l.lost.Store(true)
@@ -236,19 +225,15 @@ func (l *Lease) renew() {
 	}
 }
 
-// renewOnce extends the key if it is still ours: 1 when it was, 0 when it
-// is gone or someone else's.
-func (l *Lease) renewOnce(ctx context.Context) (int, error) {
+// renewOnce extends the key if it is still ours: false when it is gone or
+// someone else's.
+func (l *Lease) renewOnce(ctx context.Context) (bool, error) {
 	// An armed "error" is a renewal that does not get through, as when
 	// Redis is unreachable from this process only.
 	if err := failpoint.Inject("logic/lease/renew"); err != nil {
-		return 0, err
+		return false, err
 	}
-	n, err := renewScript.Run(ctx, l.rdb, []string{l.key}, l.token, l.opts.TTL.Milliseconds()).Int()
-	if err != nil {
-		return 0, fmt.Errorf("lease: renew %s: %w", l.key, err)
-	}
-	return n, nil
+	return redislease.Renew(ctx, l.rdb, l.key, l.token, l.opts.TTL)
 }
 
 // Release stops renewing and deletes the key if still ours.
@@ -257,8 +242,6 @@ func (l *Lease) Release(ctx context.Context) error {
 	<-l.done
 	// Nothing may be issued under a lease being given up.
 	l.lost.Store(true)
-	if err := releaseScript.Run(ctx, l.rdb, []string{l.key}, l.token).Err(); err != nil {
-		return fmt.Errorf("lease: release %s: %w", l.key, err)
-	}
-	return nil
+	_, err := redislease.Release(ctx, l.rdb, l.key, l.token)
+	return err
 }
