@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkim/spark/pkg/metricname"
 	"github.com/sparkim/spark/tests/framework"
 )
 
@@ -72,11 +73,11 @@ func exprMetrics(expr string) []string {
 // dashboard test pass over a missing metric.
 func TestDashboardExprMetricNames(t *testing.T) {
 	for expr, want := range map[string][]string{
-		`sum by (instance) (gate_connections)`: {"gate_connections"},
-		`histogram_quantile(0.99, sum by (le) (rate(gate_forward_latency_seconds_bucket[$__rate_interval])))`: {"gate_forward_latency_seconds_bucket"},
-		`sum(rate(a_sum[5m])) / sum(rate(a_count[5m]))`:                                                       {"a_sum", "a_count"},
-		`sum by (code) (rate(spark_logic_requests_total{code!="0", command=~"SEND|AUTH"}[1m])) > 1e3`:         {"spark_logic_requests_total"},
-		`max by (partition) (deliver_queue_length) or on (partition) vector(0)`:                               {"deliver_queue_length"},
+		`sum by (instance) (spark_gate_connections)`:                                                                {"spark_gate_connections"},
+		`histogram_quantile(0.99, sum by (le) (rate(spark_gate_forward_latency_seconds_bucket[$__rate_interval])))`: {"spark_gate_forward_latency_seconds_bucket"},
+		`sum(rate(a_sum[5m])) / sum(rate(a_count[5m]))`:                                                             {"a_sum", "a_count"},
+		`sum by (code) (rate(spark_logic_requests_total{code!="0", command=~"SEND|AUTH"}[1m])) > 1e3`:               {"spark_logic_requests_total"},
+		`max by (partition) (spark_deliver_queue_length) or on (partition) vector(0)`:                               {"spark_deliver_queue_length"},
 	} {
 		if got := exprMetrics(expr); !reflect.DeepEqual(got, want) {
 			t.Errorf("exprMetrics(%q) = %q, want %q", expr, got, want)
@@ -173,7 +174,8 @@ func exposed(fams map[string]string, name string) bool {
 // Every metric the Grafana dashboard queries is exposed by a gate, logic or
 // deliver of a running cluster once it has served an AUTH, a send with its
 // push and a sync, so no panel of the shipped dashboard is empty because of
-// a renamed or missing metric.
+// a renamed or missing metric; and every metric each process exposes
+// follows the scheme of pkg/metricname.
 func TestDashboardMetricsAllExposedByCluster(t *testing.T) {
 	exprs := dashboardExprs(t)
 	needed := map[string][]string{} // metric → panel titles
@@ -215,6 +217,7 @@ func TestDashboardMetricsAllExposedByCluster(t *testing.T) {
 	// Deliver samples its queues on a timer and counts a job after its
 	// push, so the scrape is retried for a few seconds before failing.
 	var missing []string
+	byProc := map[string]map[string]string{} // process → its families
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		all := map[string]string{}
@@ -226,6 +229,7 @@ func TestDashboardMetricsAllExposedByCluster(t *testing.T) {
 			if len(fams) == 0 {
 				t.Fatalf("%s: /metrics exposes no metric family", proc)
 			}
+			byProc[proc] = fams
 			for n, typ := range fams {
 				all[n] = typ
 			}
@@ -240,6 +244,15 @@ func TestDashboardMetricsAllExposedByCluster(t *testing.T) {
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	// What a whole process exposes follows the metric scheme, the Go
+	// runtime and process collectors of its admin listener included.
+	for proc, fams := range byProc {
+		for n, typ := range fams {
+			if err := metricname.Check(proc, n, typ); err != nil {
+				t.Error(err)
+			}
+		}
 	}
 	if len(missing) > 0 {
 		sort.Strings(missing)

@@ -376,7 +376,7 @@ func TestGateUnauthenticatedCapRefusesNewConnectionsUntilOneLeaves(t *testing.T)
 // Gate: before AUTH a 23-byte header announcing a 60 KiB frame (under
 // max_frame_size, so it would have been buffered for the AUTH deadline)
 // closes the connection at once, counted in
-// gate_preauth_frame_rejects_total; after AUTH a 20 KiB message passes.
+// spark_gate_preauth_frame_rejects_total; after AUTH a 20 KiB message passes.
 func TestGatePreAuthOversizedHeaderClosesTheConnection(t *testing.T) {
 	c := framework.NewCluster(t, framework.Options{Gates: 1})
 	nc, err := net.DialTimeout("tcp", c.Gates[0].TCPAddr, 5*time.Second)
@@ -405,8 +405,8 @@ func TestGatePreAuthOversizedHeaderClosesTheConnection(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(res.Body)
 	_ = res.Body.Close()
-	if !strings.Contains(string(metrics), "gate_preauth_frame_rejects_total 1\n") {
-		t.Fatal("gate_preauth_frame_rejects_total is not 1")
+	if !strings.Contains(string(metrics), "spark_gate_preauth_frame_rejects_total 1\n") {
+		t.Fatal("spark_gate_preauth_frame_rejects_total is not 1")
 	}
 
 	sender := c.Login(t, 0, 1, "a")

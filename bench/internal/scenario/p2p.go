@@ -313,8 +313,8 @@ func (s P2P) Run(ctx context.Context, e *Env) (*Result, error) {
 	return res, nil
 }
 
-// deliverStages are the stages of deliver_batch_stage_seconds, in the order
-// one partition's loop runs them.
+// deliverStages are the stages of spark_deliver_batch_stage_seconds, in
+// the order one partition's loop runs them.
 var deliverStages = []string{"read", "lookup", "lists", "push", "mailbox", "ack"}
 
 // stageSamples are the sum and count samples of every stage.
@@ -327,7 +327,7 @@ var stageSamples = func() []string {
 }()
 
 func stageSample(stage, part string) string {
-	return fmt.Sprintf(`deliver_batch_stage_seconds_%s{stage="%s"}`, part, stage)
+	return fmt.Sprintf(`spark_deliver_batch_stage_seconds_%s{stage="%s"}`, part, stage)
 }
 
 // addStages reports the mean time spent in each of deliver's stages over

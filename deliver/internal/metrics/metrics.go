@@ -98,62 +98,62 @@ type Metrics struct {
 func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		Stage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Namespace: "deliver", Name: "batch_stage_seconds",
+			Namespace: "spark", Subsystem: "deliver", Name: "batch_stage_seconds",
 			Help:    "Time spent in a stage: by one partition's batch (read, ack) or by one round of several partitions' batches (lookup, lists, push, mailbox).",
 			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
 		}, []string{"stage"}),
 		Jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "jobs_total", Help: "Deliver jobs finished, by result.",
+			Namespace: "spark", Subsystem: "deliver", Name: "jobs_total", Help: "Deliver jobs finished, by result.",
 		}, []string{"result"}),
 		PushSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "deliver", Name: "push_seconds", Help: "Latency of one Push RPC to a gate.",
+			Namespace: "spark", Subsystem: "deliver", Name: "push_seconds", Help: "Latency of one Push RPC to a gate.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
 		}),
 		PushErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "push_errors_total", Help: "Push RPCs that failed.",
+			Namespace: "spark", Subsystem: "deliver", Name: "push_errors_total", Help: "Push RPCs that failed.",
 		}),
 		Delivered: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "push_delivered_total", Help: "Targets whose frame a gate queued.",
+			Namespace: "spark", Subsystem: "deliver", Name: "push_delivered_total", Help: "Targets whose frame a gate queued.",
 		}),
 		Missing: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "push_missing_total", Help: "Targets a gate reported missing.",
+			Namespace: "spark", Subsystem: "deliver", Name: "push_missing_total", Help: "Targets a gate reported missing.",
 		}),
 		Dropped: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "push_dropped_total", Help: "Targets a gate dropped (outbound queue full).",
+			Namespace: "spark", Subsystem: "deliver", Name: "push_dropped_total", Help: "Targets a gate dropped (outbound queue full).",
 		}),
 		StaleRoutes: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "stale_routes_removed_total", Help: "Route entries removed as stale.",
+			Namespace: "spark", Subsystem: "deliver", Name: "stale_routes_removed_total", Help: "Route entries removed as stale.",
 		}),
 		QueueLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "deliver", Name: "queue_lag_seconds", Help: "Time from enqueue to processing.",
+			Namespace: "spark", Subsystem: "deliver", Name: "queue_lag_seconds", Help: "Time from enqueue to processing.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
 		OwnedPartitions: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: "deliver", Name: "owned_partitions", Help: "Partition leases held by this instance.",
+			Namespace: "spark", Subsystem: "deliver", Name: "owned_partitions", Help: "Partition leases held by this instance.",
 		}),
 		RedisErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "redis_errors_total", Help: "Failed Redis operations (retried).",
+			Namespace: "spark", Subsystem: "deliver", Name: "redis_errors_total", Help: "Failed Redis operations (retried).",
 		}),
 		ListUpdates: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "list_updates_total", Help: "Per-recipient conversation-list updates, by result.",
+			Namespace: "spark", Subsystem: "deliver", Name: "list_updates_total", Help: "Per-recipient conversation-list updates, by result.",
 		}, []string{"result"}),
 		MailboxEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "mailbox_events_total", Help: "MISSED_MESSAGE mailbox events, by result.",
+			Namespace: "spark", Subsystem: "deliver", Name: "mailbox_events_total", Help: "MISSED_MESSAGE mailbox events, by result.",
 		}, []string{"result"}),
 		Reclaimed: prometheus.NewCounter(prometheus.CounterOpts{
-			Namespace: "deliver", Name: "jobs_reclaimed_total",
+			Namespace: "spark", Subsystem: "deliver", Name: "jobs_reclaimed_total",
 			Help: "Pending jobs taken over by XAUTOCLAIM (a previous owner's unacknowledged jobs, or ours after a lost read reply).",
 		}),
 		QueueLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "deliver", Name: "queue_length",
+			Namespace: "spark", Subsystem: "deliver", Name: "queue_length",
 			Help: "Jobs in a partition's stream not yet acknowledged (read or not), sampled.",
 		}, []string{"partition"}),
 		QueuePending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "deliver", Name: "queue_pending",
+			Namespace: "spark", Subsystem: "deliver", Name: "queue_pending",
 			Help: "Jobs of a partition read by a consumer and not yet acknowledged (XPENDING), sampled.",
 		}, []string{"partition"}),
 		QueueOldestAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Namespace: "deliver", Name: "queue_oldest_age_seconds",
+			Namespace: "spark", Subsystem: "deliver", Name: "queue_oldest_age_seconds",
 			Help: "Age of the oldest unacknowledged job of a partition (0 when empty), sampled.",
 		}, []string{"partition"}),
 	}

@@ -3,7 +3,7 @@ package server
 // closeReason is why the gate closed a client connection. It is recorded
 // once per connection (the first reason wins, later ones are its
 // consequences), written in the close log line and in the Closed event
-// logic gets, and indexes the gate_connections_closed_total counters, so
+// logic gets, and indexes the spark_gate_connections_closed_total counters, so
 // logs, logic and metrics can never name one cause two ways.
 type closeReason uint8
 

@@ -121,11 +121,11 @@ func (l *connLimits) release(key string, unauthed bool) {
 // register exposes the counters on reg.
 func (l *connLimits) register(reg prometheus.Registerer) {
 	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "gate", Name: name, Help: help},
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spark", Subsystem: "gate", Name: name, Help: help},
 			func() float64 { return float64(v.Load()) })
 	}
 	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gate", Name: "unauthenticated_connections",
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spark", Subsystem: "gate", Name: "unauthenticated_connections",
 			Help: "Client connections that have not authenticated (capped by gate.max_unauthenticated)."},
 			func() float64 { return float64(l.unauthed.Load()) }),
 		counter("conn_per_ip_rejects_total", "Connections refused because their address held gate.max_conns_per_ip.", &l.refusedPerIP),

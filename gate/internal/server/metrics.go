@@ -54,7 +54,7 @@ type Metrics struct {
 	ForwardLatency prometheus.Histogram
 }
 
-// carriers are the values of gate_carrier_connections' carrier label: a
+// carriers are the values of spark_gate_carrier_connections' carrier label: a
 // fixed set, so the label cannot grow.
 var carriers = [...]string{"tcp", "tls", "ws", "wss", "other"}
 
@@ -73,29 +73,30 @@ func (m *Metrics) carrierConns(kind string) *atomic.Int64 {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		ForwardLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Namespace: "gate",
+			Namespace: "spark",
+			Subsystem: "gate",
 			Name:      "forward_latency_seconds",
 			Help:      "Time from forwarding a request to logic until its response arrives.",
 			Buckets:   prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
 	}
 	gauge := func(name, help string, v *atomic.Int64) prometheus.Collector {
-		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gate", Name: name, Help: help},
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spark", Subsystem: "gate", Name: name, Help: help},
 			func() float64 { return float64(v.Load()) })
 	}
 	counter := func(name, help string, v *atomic.Uint64) prometheus.Collector {
-		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "gate", Name: name, Help: help},
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spark", Subsystem: "gate", Name: name, Help: help},
 			func() float64 { return float64(v.Load()) })
 	}
 	for i, k := range carriers {
 		v := &m.CarrierConns[i]
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "gate", Name: "carrier_connections",
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "spark", Subsystem: "gate", Name: "carrier_connections",
 			Help: "Open client connections, by carrier (tcp, tls, ws, wss).", ConstLabels: prometheus.Labels{"carrier": k}},
 			func() float64 { return float64(v.Load()) }))
 	}
 	for r := range closeReason(numCloseReasons) {
 		v := &m.Closes[r]
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "gate", Name: "connections_closed_total",
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "spark", Subsystem: "gate", Name: "connections_closed_total",
 			Help: "Client sessions closed, by close reason.", ConstLabels: prometheus.Labels{"reason": r.label()}},
 			func() float64 { return float64(v.Load()) }))
 	}
