@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -36,6 +37,7 @@ import (
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
@@ -899,5 +901,44 @@ func TestOnline(t *testing.T) {
 	}
 	if !found {
 		t.Fatalf("/gates %s", w.Body)
+	}
+}
+
+// GetHistory's pages are bounded by the gRPC message, not by the clients'
+// frame: three messages that SYNC_MESSAGES, within the default
+// max_frame_size, can answer only one page at a time come in one page.
+func TestGetHistoryPageIsNotBoundByTheClientFrame(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.key
+	a, b := testenv.RandomUserID(), testenv.RandomUserID()
+	for _, u := range []int64{a, b} {
+		if _, err := e.api.UpsertUser(ctx, &logicv1.UpsertUserRequest{UserId: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	content := `{"t":1,"text":"` + strings.Repeat("x", 40<<10) + `"}`
+	const n = 3
+	var cid int64
+	for i := range n {
+		sent, err := e.api.SendMessage(ctx, &logicv1.SendMessageRequest{SenderId: a, ToUserId: b, ClientMsgId: fmt.Sprintf("big-%d", i), MessageType: 1, Content: content})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cid = sent.ConversationId
+	}
+	if clientPage := protocol.PageBudget(frame.DefaultMaxFrameSize) / protocol.MessageBound(len(content), len("big-0")); clientPage >= n {
+		t.Fatalf("the client frame would take %d such messages a page; the test needs fewer than %d", clientPage, n)
+	}
+	h, err := e.api.GetHistory(ctx, &logicv1.GetHistoryRequest{UserId: b, ConversationId: cid})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h.Messages) != n || h.More || h.NextMsgId != h.Messages[n-1].MsgId {
+		t.Fatalf("got %d messages (more %v), want all %d in one page", len(h.Messages), h.More, n)
+	}
+	for _, m := range h.Messages {
+		if m.Content != content || m.Status != protocol.StatusNormal {
+			t.Fatalf("message %d: status %d, content of %d bytes", m.MsgId, m.Status, len(m.Content))
+		}
 	}
 }

@@ -3,10 +3,13 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
-	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -41,8 +44,40 @@ func (s *Server) SendMessage(ctx context.Context, req *logicv1.SendMessageReques
 	}, nil
 }
 
+// MaxHistoryBytes bounds a GetHistory reply: gRPC clients refuse a
+// message over 4 MiB unless told otherwise (grpc.MaxCallRecvMsgSize), so
+// a page stops before its messages would pass that, whatever the clients'
+// frame size. Its count is bounded by the request's limit (at most
+// inbox.MaxLimit).
+const MaxHistoryBytes = 4 << 20
+
+// historyReserve is room in MaxHistoryBytes for the reply's fields other
+// than its messages (next_msg_id, more), rounded up.
+const historyReserve = 64
+
+// historyOverhead is the most bytes a HistoryMessage in the reply takes
+// beyond its content and client_msg_id: every number at its widest, the
+// length prefixes of contents up to 2 MiB (content is at most 64 KiB),
+// and the repeated field's own tag and length.
+var historyOverhead = func() int {
+	const contentLen, clientMsgIDLen = 1 << 17, 64
+	widest := &logicv1.HistoryMessage{
+		MsgId: math.MinInt64, ConversationId: math.MinInt64, ConversationType: math.MinInt32,
+		SenderId: math.MinInt64, ClientMsgId: strings.Repeat("x", clientMsgIDLen), MessageType: math.MinInt32,
+		Content: strings.Repeat("x", contentLen), CreatedAtMs: math.MinInt64, Status: math.MinInt32,
+	}
+	return proto.Size(widest) - contentLen - clientMsgIDLen + 1 + 3
+}()
+
+// historyBound is GetHistory's own page bound (inbox.SizeBound).
+var historyBound = inbox.SizeBound{
+	Budget:      MaxHistoryBytes - historyReserve,
+	MessageSize: func(contentLen, clientMsgIDLen int) int { return historyOverhead + contentLen + clientMsgIDLen },
+}
+
 // GetHistory pages a conversation's messages as user_id sees them, with
-// SYNC_MESSAGES's paging and permission (members only).
+// SYNC_MESSAGES's cursor and permission (members only) and its own page
+// bound (MaxHistoryBytes).
 func (s *Server) GetHistory(ctx context.Context, req *logicv1.GetHistoryRequest) (*logicv1.GetHistoryReply, error) {
 	switch {
 	case req.UserId <= 0:
@@ -54,19 +89,29 @@ func (s *Server) GetHistory(ctx context.Context, req *logicv1.GetHistoryRequest)
 	case req.Limit < 0 || req.Limit > inbox.MaxLimit:
 		return nil, invalid("limit", "must be 0 to 200")
 	}
-	rep, more, err := s.inbox.SyncMessages(ctx, inbox.User{UserID: req.UserId}, protocol.SyncMessagesRequest{
-		ConversationID: jsonid.ID(req.ConversationId), LastMsgID: jsonid.ID(req.AfterMsgId), Limit: int(req.Limit),
+	page, err := s.inbox.History(ctx, inbox.HistoryQuery{
+		UserID: req.UserId, ConversationID: req.ConversationId, After: req.AfterMsgId, Limit: int(req.Limit), Bound: historyBound,
 	})
 	if err != nil {
 		return nil, s.statusOf("GetHistory", err)
 	}
-	out := &logicv1.GetHistoryReply{NextMsgId: rep.NextMsgID.Int64(), More: more, Messages: make([]*logicv1.HistoryMessage, 0, len(rep.Messages))}
-	for _, m := range rep.Messages {
-		out.Messages = append(out.Messages, &logicv1.HistoryMessage{
-			MsgId: m.MsgID.Int64(), ConversationId: m.ConversationID.Int64(), ConversationType: int32(m.ConversationType),
-			SenderId: m.SenderID.Int64(), ClientMsgId: m.ClientMsgID, MessageType: int32(m.MessageType),
-			Content: string(m.Content), CreatedAtMs: m.CreatedAt, Status: int32(m.Status),
-		})
+	out := &logicv1.GetHistoryReply{NextMsgId: page.Next, More: page.More, Messages: make([]*logicv1.HistoryMessage, 0, len(page.Messages))}
+	for _, m := range page.Messages {
+		out.Messages = append(out.Messages, historyMessage(m))
 	}
 	return out, nil
+}
+
+// historyMessage is the protobuf form of a stored message; status is
+// SYNC_MESSAGES's (1 normal, 2 recalled).
+func historyMessage(m inbox.Message) *logicv1.HistoryMessage {
+	h := &logicv1.HistoryMessage{
+		MsgId: m.ID, ConversationId: m.ConversationID, ConversationType: int32(m.ConversationType),
+		SenderId: m.SenderID, ClientMsgId: m.ClientMsgID, MessageType: int32(m.MessageType),
+		Content: string(m.Content), CreatedAtMs: m.CreatedAt.UnixMilli(), Status: protocol.StatusNormal,
+	}
+	if m.Recalled {
+		h.Status = protocol.StatusRecalled
+	}
+	return h
 }

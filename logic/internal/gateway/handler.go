@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
@@ -23,7 +23,6 @@ import (
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
-	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -61,9 +60,13 @@ type Handler struct {
 	Metrics *metrics.Metrics
 	// Timeout bounds one request (default DefaultRequestTimeout).
 	Timeout time.Duration
+	// MaxFrameSize is the clients' frame limit (logic.max_frame_size):
+	// sync pages are cut to fit it (0: frame.DefaultMaxFrameSize).
+	MaxFrameSize int
 
-	once   sync.Once
-	reqIDs *envelope.IDSource
+	once      sync.Once
+	reqIDs    *envelope.IDSource
+	pageBound inbox.SizeBound
 }
 
 func (h *Handler) init() { h.once.Do(h.setDefaults) }
@@ -81,6 +84,7 @@ func (h *Handler) setDefaults() {
 	if h.Timeout <= 0 {
 		h.Timeout = DefaultRequestTimeout
 	}
+	h.pageBound = clientwire.PageBound(h.MaxFrameSize)
 }
 
 // Handle answers one request; it always returns exactly one Response.
@@ -102,144 +106,30 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		h.finish(req, gateID, resp, data, err, start)
 	}()
 
-	sess := req.Session
-	authed := sess != nil && sess.UserId > 0
-	if authed && req.Command != uint32(protocol.CmdAuth) && req.Command <= math.MaxUint16 {
-		if class, ok := ratelimit.ClassOf(uint16(req.Command)); ok {
-			if err = h.Limits.Allow(ctx, class, req.RealIp, sess.UserId, sess.DeviceId); err != nil {
-				return resp
-			}
-		}
-	}
-	switch cmd := req.Command; {
-	case cmd == uint32(protocol.CmdAuth):
-		if authed {
-			err = errcode.New(errcode.InvalidArgument, "already authenticated")
-			return resp
-		}
-		// A blocked or flooding address is refused before its token is
-		// even looked at; the refused connection is closed, like a bad
-		// token's, and the client comes back after retry_after_ms.
-		if err = h.Limits.AdmitAuth(ctx, req.RealIp); err != nil {
-			resp.Close = true
-			return resp
-		}
-		var areq protocol.AuthRequest
-		if err = decode(req.Body, &areq, "invalid JSON body"); err != nil {
-			return resp
-		}
-		var bind *logicv1.Session
-		var reply *protocol.AuthReply
-		bind, reply, err = h.Auth.Auth(ctx, auth.Conn{GateID: gateID, ConnID: req.ConnId, RealIP: req.RealIp}, areq)
-		if err != nil {
-			switch c, _ := errcode.Of(err); c {
-			case errcode.BadToken:
-				resp.Close = true
-				h.Limits.AuthFailed(ctx, req.RealIp)
-			case errcode.RateLimited:
-				resp.Close = true
-			}
-			return resp
-		}
-		if data, err = protocol.Marshal(reply); err == nil {
-			resp.Bind = bind
-		}
+	c := &call{ctx: ctx, gateID: gateID, req: req, resp: resp}
+	cmd, known := commands[req.Command]
+	authed := req.Session != nil && req.Session.UserId > 0
+	switch {
+	case known && cmd.unauthed && authed:
+		err = errcode.New(errcode.InvalidArgument, "already authenticated")
+	case known && cmd.unauthed:
+		data, err = cmd.serve(h, c)
 	case !authed:
 		err = errcode.New(errcode.NotAuthed, "")
-	case cmd == uint32(protocol.CmdGenerateMsgID):
-		var id int64
-		if id, err = h.IDs.Next(ctx); err != nil {
-			err = errcode.Wrap(errcode.Busy, "", err)
-			return resp
-		}
-		data, err = protocol.Marshal(protocol.MsgIDReply{MsgID: jsonid.ID(id)})
-	case cmd == uint32(protocol.CmdSendMessage):
-		var sreq protocol.SendRequest
-		if err = decode(req.Body, &sreq, "invalid JSON body"); err != nil {
-			return resp
-		}
-		var ack *protocol.SendAck
-		ack, err = h.Messages.Send(ctx, message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}, message.SendRequestOf(sreq))
-		if err == nil {
-			if data, err = protocol.Marshal(ack); err == nil {
-				resp.Command = uint32(protocol.CmdSendAck)
-			}
-		}
-	case cmd == uint32(protocol.CmdSyncInbox) || cmd == uint32(protocol.CmdSyncMessages):
-		var (
-			reply any
-			more  bool
-		)
-		u := inbox.User{UserID: sess.UserId, DeviceID: sess.DeviceId}
-		last, next := protocol.CmdSyncInboxFinish, protocol.CmdSyncInbox
-		if cmd == uint32(protocol.CmdSyncInbox) {
-			var ireq protocol.SyncInboxRequest
-			if len(req.Body) > 0 { // a fresh device may send no body at all
-				if err = decode(req.Body, &ireq, "invalid JSON body"); err != nil {
-					return resp
-				}
-			}
-			reply, more, err = h.Inbox.SyncInbox(ctx, u, ireq)
-		} else {
-			last, next = protocol.CmdSyncMessagesDone, protocol.CmdSyncMessages
-			var mreq protocol.SyncMessagesRequest
-			if err = decode(req.Body, &mreq, invalidIDs); err != nil {
-				return resp
-			}
-			reply, more, err = h.Inbox.SyncMessages(ctx, u, mreq)
-		}
-		if err == nil {
-			if data, err = protocol.Marshal(reply); err == nil {
-				resp.Command = uint32(last)
-				if more {
-					resp.Command = uint32(next)
-				}
-			}
-		}
-	case cmd == uint32(protocol.CmdReadMessage), cmd == uint32(protocol.CmdRecallMessage),
-		cmd == uint32(protocol.CmdDeleteMessage), cmd == uint32(protocol.CmdConversationSettings):
-		from := message.Sender{UserID: sess.UserId, DeviceID: sess.DeviceId, RealIP: req.RealIp}
-		var reply any
-		switch uint16(cmd) {
-		case protocol.CmdReadMessage:
-			var r protocol.ReadRequest
-			if err = decode(req.Body, &r, invalidIDs); err == nil {
-				reply, err = h.Messages.Read(ctx, from, r)
-			}
-		case protocol.CmdRecallMessage:
-			var r protocol.MessageRef
-			if err = decode(req.Body, &r, invalidIDs); err == nil {
-				reply, err = h.Messages.Recall(ctx, from, r)
-			}
-		case protocol.CmdDeleteMessage:
-			var r protocol.MessageRef
-			if err = decode(req.Body, &r, invalidIDs); err == nil {
-				reply, err = h.Messages.Delete(ctx, from, r)
-			}
-		default:
-			var r protocol.SettingsRequest
-			if err = decode(req.Body, &r, "invalid JSON body (ids are integers, flags booleans)"); err == nil {
-				reply, err = h.Messages.Settings(ctx, from, r)
-			}
-		}
-		if err == nil {
-			data, err = protocol.Marshal(reply)
-		}
-	case cmd == uint32(protocol.CmdRelation):
-		data, err = h.relation(ctx, sess.UserId, req.Body)
-	case cmd == uint32(protocol.CmdGroup):
-		data, err = h.group(ctx, sess.UserId, req.Body)
-	case cmd >= uint32(protocol.CmdSendAck) && cmd <= uint32(protocol.MaxKnownCommand):
+	case !known && req.Command >= uint32(protocol.CmdSendAck) && req.Command <= uint32(protocol.MaxKnownCommand):
 		err = errcode.New(errcode.InvalidArgument, "not a request command")
-	default:
+	case !known:
 		err = errcode.New(errcode.InvalidArgument, "unknown command")
+	default:
+		if cmd.limited {
+			err = h.Limits.Allow(ctx, cmd.class, req.RealIp, req.Session.UserId, req.Session.DeviceId)
+		}
+		if err == nil {
+			data, err = cmd.serve(h, c)
+		}
 	}
 	return resp
 }
-
-// invalidIDs is the 40001 message of a body that does not decode where the
-// usual mistake is an id that is not an integer.
-const invalidIDs = "invalid JSON body (ids are integers)"
 
 // decode reads a request body into its typed request: this handler is the
 // client protocol's adapter, and the domain services never see JSON. A

@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"math"
 	"strconv"
@@ -220,72 +219,125 @@ func conversation(cid int64, st dialog.State) protocol.Conversation {
 	return c
 }
 
-// SyncMessages answers one SYNC_MESSAGES request. more reports whether
-// another page follows (answer command 12; 13 when false).
-func (s *Service) SyncMessages(ctx context.Context, u User, req protocol.SyncMessagesRequest) (reply *protocol.SyncMessagesReply, more bool, err error) {
-	cid := req.ConversationID.Int64()
+// HistoryQuery asks for a page of a conversation's messages as one member
+// sees them (SYNC_MESSAGES, the business API's GetHistory).
+type HistoryQuery struct {
+	UserID         int64
+	ConversationID int64
+	// After is the cursor: the page starts after this message id (0: from
+	// the first message).
+	After int64
+	// Limit is the most messages of the page: 0 means
+	// DefaultMessagesLimit, more than MaxLimit means MaxLimit.
+	Limit int
+	// Bound is the page's byte bound as the asking front door encodes it;
+	// the zero SizeBound bounds nothing.
+	Bound SizeBound
+}
+
+// SizeBound limits a page by the bytes its entries take once a front door
+// has encoded them: each front door has its own encoding and its own
+// message limit (the client's frame, the gRPC message), so the domain
+// only counts.
+type SizeBound struct {
+	// Budget is the bytes the page's entries may take in all (each plus
+	// one byte of separator); ≤ 0 bounds nothing.
+	Budget int
+	// MessageSize is the most bytes one message of these content and
+	// client_msg_id lengths takes.
+	MessageSize func(contentLen, clientMsgIDLen int) int
+}
+
+// Message is a stored message as one member sees it.
+type Message struct {
+	ID               int64
+	ConversationID   int64
+	ConversationType int
+	SenderID         int64
+	ClientMsgID      string
+	MessageType      int
+	// Content is the message's compact JSON object; nil once recalled.
+	Content   []byte
+	CreatedAt time.Time
+	Recalled  bool
+}
+
+// HistoryPage is one page of a conversation's messages.
+type HistoryPage struct {
+	ConversationID int64
+	// Messages are in id order, without the ones the member deleted.
+	Messages []Message
+	// Next is the cursor of the next page: the last message id scanned
+	// (the query's After when none was).
+	Next int64
+	// More reports whether another page follows.
+	More bool
+}
+
+// History answers one page of a conversation's messages to a member
+// (40301 for anyone else).
+func (s *Service) History(ctx context.Context, q HistoryQuery) (HistoryPage, error) {
+	cid := q.ConversationID
 	if cid <= 0 {
-		return nil, false, errcode.New(errcode.InvalidArgument, "conversation_id is required")
+		return HistoryPage{}, errcode.New(errcode.InvalidArgument, "conversation_id is required")
 	}
-	if req.LastMsgID < 0 {
-		return nil, false, errcode.New(errcode.InvalidArgument, "last_msg_id must not be negative")
+	if q.After < 0 {
+		return HistoryPage{}, errcode.New(errcode.InvalidArgument, "last_msg_id must not be negative")
 	}
-	n, err := limit(req.Limit, DefaultMessagesLimit)
+	n, err := limit(q.Limit, DefaultMessagesLimit)
 	if err != nil {
-		return nil, false, err
+		return HistoryPage{}, err
 	}
-	if _, err := s.store.GetMember(ctx, cid, u.UserID); err != nil {
+	if _, err := s.store.GetMember(ctx, cid, q.UserID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
-			return nil, false, errcode.New(errcode.Forbidden, "not a member of the conversation")
+			return HistoryPage{}, errcode.New(errcode.Forbidden, "not a member of the conversation")
 		}
-		return nil, false, errcode.Unavailable("member", err)
+		return HistoryPage{}, errcode.Unavailable("member", err)
 	}
-	conv, rows, err := s.store.ConversationPage(ctx, cid, req.LastMsgID.Int64(), n+1)
+	conv, rows, err := s.store.ConversationPage(ctx, cid, q.After, n+1)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, false, errcode.New(errcode.Forbidden, "not a member of the conversation")
+		return HistoryPage{}, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
 	if err != nil {
-		return nil, false, errcode.Unavailable("messages", err)
+		return HistoryPage{}, errcode.Unavailable("messages", err)
 	}
-	ctype := conv.Type
-	more = len(rows) > n
-	if more {
+	page := HistoryPage{ConversationID: cid, More: len(rows) > n, Next: q.After}
+	if page.More {
 		rows = rows[:n]
 	}
 	ids := make([]int64, len(rows))
 	for i, r := range rows {
 		ids[i] = r.ID
 	}
-	deleted, err := s.store.DeletedAmong(ctx, u.UserID, ids)
+	deleted, err := s.store.DeletedAmong(ctx, q.UserID, ids)
 	if err != nil {
-		return nil, false, errcode.Unavailable("deletions", err)
+		return HistoryPage{}, errcode.Unavailable("deletions", err)
 	}
-	reply = &protocol.SyncMessagesReply{ConversationID: req.ConversationID, Messages: make([]protocol.Message, 0, len(rows)), NextMsgID: req.LastMsgID}
-	page := pageBytes{budget: s.budget}
+	page.Messages = make([]Message, 0, len(rows))
+	bytes := pageBytes{budget: q.Bound.Budget}
 	for _, r := range rows {
-		if !deleted[r.ID] && r.Status == store.MessageNormal && !page.fits(protocol.MessageBound(len(r.Content), len(r.ClientMsgID))) {
-			// next_msg_id stays at the last message sent: the rest
-			// comes next page.
-			more = true
+		if !deleted[r.ID] && r.Status == store.MessageNormal && q.Bound.Budget > 0 &&
+			!bytes.fits(q.Bound.MessageSize(len(r.Content), len(r.ClientMsgID))) {
+			// Next stays at the last message taken: the rest comes next
+			// page.
+			page.More = true
 			break
 		}
-		reply.NextMsgID = jsonid.ID(r.ID)
+		page.Next = r.ID
 		if deleted[r.ID] {
 			continue
 		}
-		m := protocol.Message{
-			MsgID: jsonid.ID(r.ID), ConversationID: jsonid.ID(r.ConversationID), ConversationType: ctype,
-			SenderID: jsonid.ID(r.SenderID), ClientMsgID: r.ClientMsgID, MessageType: r.MessageType,
-			CreatedAt: r.CreatedAt.UnixMilli(), Status: protocol.StatusNormal,
+		m := Message{
+			ID: r.ID, ConversationID: r.ConversationID, ConversationType: conv.Type,
+			SenderID: r.SenderID, ClientMsgID: r.ClientMsgID, MessageType: r.MessageType,
+			CreatedAt: r.CreatedAt, Recalled: r.Status != store.MessageNormal,
 		}
-		if r.Status == store.MessageNormal {
-			m.Content = json.RawMessage(r.Content)
-		} else {
-			m.Status = protocol.StatusRecalled
+		if !m.Recalled {
+			m.Content = r.Content
 		}
-		reply.Messages = append(reply.Messages, m)
+		page.Messages = append(page.Messages, m)
 	}
-	return reply, more, nil
+	return page, nil
 }
 
 // pageBytes counts what a page's lists take against its byte budget. The

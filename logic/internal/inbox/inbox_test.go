@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
@@ -43,6 +44,16 @@ type env struct {
 	mb    *mailbox.Service
 	inbox *inbox.Service
 	n     int
+}
+
+// syncMessages answers a SYNC_MESSAGES body as the gateway does: the
+// client form of History's page under the default client frame bound.
+func (e *env) syncMessages(ctx context.Context, u inbox.User, req protocol.SyncMessagesRequest) (*protocol.SyncMessagesReply, bool, error) {
+	page, err := e.inbox.History(ctx, clientwire.HistoryQuery(u.UserID, req, clientwire.PageBound(0)))
+	if err != nil {
+		return nil, false, err
+	}
+	return clientwire.SyncMessagesReply(page), page.More, nil
 }
 
 func newEnv(t *testing.T, cfg message.Config) *env {
@@ -153,7 +164,7 @@ func (e *env) syncAll(uid int64, cursor string, limit int) (map[int64]protocol.C
 
 func (e *env) messages(uid, cid, after int64, limit int) *protocol.SyncMessagesReply {
 	e.t.Helper()
-	r, _, err := e.inbox.SyncMessages(context.Background(), inbox.User{UserID: uid, DeviceID: "dev"},
+	r, _, err := e.syncMessages(context.Background(), inbox.User{UserID: uid, DeviceID: "dev"},
 		wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", id(after), "limit", limit)))
 	if err != nil {
 		e.t.Fatalf("sync messages: %v", err)
@@ -672,7 +683,7 @@ func TestSyncInput(t *testing.T) {
 	}
 	for _, tt := range msgTests {
 		t.Run("messages "+tt.name, func(t *testing.T) {
-			r, more, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: tt.user, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest]([]byte(tt.body)))
+			r, more, err := e.syncMessages(ctx, inbox.User{UserID: tt.user, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest]([]byte(tt.body)))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -691,12 +702,12 @@ func TestSyncInput(t *testing.T) {
 	}
 	// Paging to the end: 206 messages in pages of 200 → 200 + 6, last one
 	// not "more".
-	r, more, _ := e.inbox.SyncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "limit", 200)))
-	r2, more2, _ := e.inbox.SyncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "limit", 200, "last_msg_id", r.NextMsgID.String())))
+	r, more, _ := e.syncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "limit", 200)))
+	r2, more2, _ := e.syncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "limit", 200, "last_msg_id", r.NextMsgID.String())))
 	if !more || more2 || len(r2.Messages) != 6 {
 		t.Fatalf("pages: more %v, then %d more %v", more, len(r2.Messages), more2)
 	}
-	r3, more3, _ := e.inbox.SyncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", r2.NextMsgID.String())))
+	r3, more3, _ := e.syncMessages(ctx, user, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", r2.NextMsgID.String())))
 	if more3 || len(r3.Messages) != 0 || r3.NextMsgID != r2.NextMsgID {
 		t.Fatalf("past the end: %+v", r3)
 	}
@@ -861,14 +872,14 @@ func TestGroupConversationInListAndSync(t *testing.T) {
 		sendReq(body("group_id", id(gid), "client_msg_id", "s", "message_type", 1, "content", map[string]any{"t": 1, "text": "x"}))); code(err) != errcode.Forbidden {
 		t.Fatalf("a stranger's send: %v", err)
 	}
-	if _, _, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: stranger, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
+	if _, _, err := e.syncMessages(ctx, inbox.User{UserID: stranger, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
 		t.Fatalf("a stranger's sync: %v", err)
 	}
 	// A removed member can no longer sync it or send to it.
 	if _, err := e.group.RemoveMembers(ctx, group.MembersChangeRequest{ActorID: owner, GroupID: gid, UserIDs: []int64{b}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: b, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
+	if _, _, err := e.syncMessages(ctx, inbox.User{UserID: b, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
 		t.Fatalf("a removed member's sync: %v", err)
 	}
 	if _, err := e.send.Send(ctx, message.Sender{UserID: b, DeviceID: "dev"},

@@ -72,7 +72,7 @@ func TestMaximumMessagesSyncWithinTheFrameLimit(t *testing.T) {
 		if page > 10 {
 			t.Fatal("sync did not finish")
 		}
-		r, more, err := e.inbox.SyncMessages(ctx, inbox.User{UserID: u[1], DeviceID: "dev"},
+		r, more, err := e.syncMessages(ctx, inbox.User{UserID: u[1], DeviceID: "dev"},
 			wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", id(after), "limit", 200)))
 		if err != nil {
 			t.Fatal(err)

@@ -65,14 +65,6 @@ type Flags struct {
 	NoOfflinePush bool
 }
 
-// SendRequestOf converts the SEND_MESSAGE body.
-func SendRequestOf(w protocol.SendRequest) SendRequest {
-	return SendRequest{
-		To:          Target{UserID: w.ToUserID.Int64(), GroupID: w.GroupID.Int64(), ConversationID: w.ConversationID.Int64()},
-		ClientMsgID: w.ClientMsgID, MsgID: w.MsgID.Int64(), MessageType: w.MessageType, Content: w.Content,
-	}
-}
-
 // Send commits one message from an authenticated device and returns the
 // SEND_ACK data, or an *errcode.Error.
 func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*protocol.SendAck, error) {

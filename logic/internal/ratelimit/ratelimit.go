@@ -31,7 +31,6 @@ import (
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/ipkey"
-	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 )
 
@@ -66,24 +65,6 @@ func (c Class) String() string {
 		return classNames[c]
 	}
 	return "class" + strconv.Itoa(int(c))
-}
-
-// ClassOf returns the class of a client command; false for commands no
-// limit applies to (answers, pushes, HEARTBEAT and PUSH_ACK, which the gate
-// handles, and unknown commands, which are refused without any work).
-func ClassOf(cmd uint16) (Class, bool) {
-	switch cmd {
-	case protocol.CmdAuth:
-		return Auth, true
-	case protocol.CmdSendMessage, protocol.CmdGenerateMsgID:
-		return Send, true
-	case protocol.CmdSyncInbox, protocol.CmdSyncMessages:
-		return Sync, true
-	case protocol.CmdReadMessage, protocol.CmdRecallMessage, protocol.CmdDeleteMessage,
-		protocol.CmdConversationSettings, protocol.CmdRelation, protocol.CmdGroup:
-		return Edit, true
-	}
-	return 0, false
 }
 
 // Bucket is a token bucket: Rate requests a second, bursts of up to Burst.

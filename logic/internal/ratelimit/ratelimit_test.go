@@ -14,7 +14,6 @@ import (
 
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
-	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/testredis"
 )
@@ -333,38 +332,6 @@ func TestCanceledRequestDoesNotPause(t *testing.T) {
 	}
 	if l.paused() {
 		t.Fatal("a canceled request paused the limiter")
-	}
-}
-
-func TestClassOf(t *testing.T) {
-	tests := []struct {
-		cmd  uint16
-		want Class
-		ok   bool
-	}{
-		{protocol.CmdAuth, Auth, true},
-		{protocol.CmdSendMessage, Send, true},
-		{protocol.CmdGenerateMsgID, Send, true},
-		{protocol.CmdSyncInbox, Sync, true},
-		{protocol.CmdSyncMessages, Sync, true},
-		{protocol.CmdReadMessage, Edit, true},
-		{protocol.CmdRecallMessage, Edit, true},
-		{protocol.CmdDeleteMessage, Edit, true},
-		{protocol.CmdConversationSettings, Edit, true},
-		{protocol.CmdRelation, Edit, true},
-		{protocol.CmdGroup, Edit, true},
-		{protocol.CmdHeartbeat, 0, false},
-		{protocol.CmdPushAck, 0, false},
-		{protocol.CmdSendAck, 0, false},
-		{999, 0, false},
-	}
-	for _, tt := range tests {
-		t.Run(fmt.Sprint(tt.cmd), func(t *testing.T) {
-			got, ok := ClassOf(tt.cmd)
-			if ok != tt.ok || (ok && got != tt.want) {
-				t.Fatalf("ClassOf(%d) = %v, %v; want %v, %v", tt.cmd, got, ok, tt.want, tt.ok)
-			}
-		})
 	}
 }
 

@@ -225,7 +225,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	// events the same way whichever door made it.
 	notifier := notify.New(rdb, cfg.Queue.Partitions)
 	gw := gateway.NewServer(base, &gateway.Handler{
-		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, IDs: ids,
+		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier,
 		Limits: limits, Log: log, Metrics: m,
 	}, gates, log)

@@ -21,6 +21,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/migrate"
 	"github.com/sparkim/spark/logic/internal/store"
@@ -125,5 +126,5 @@ func Wire[T any](b []byte) T {
 
 // SendRequest is Wire for SEND_MESSAGE bodies.
 func SendRequest(b []byte) message.SendRequest {
-	return message.SendRequestOf(Wire[protocol.SendRequest](b))
+	return clientwire.SendRequest(Wire[protocol.SendRequest](b))
 }

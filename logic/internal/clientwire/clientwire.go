@@ -1,0 +1,70 @@
+// Package clientwire converts between the client protocol's JSON bodies
+// (pkg/protocol) and the domain services' typed requests and results. The
+// client gateway is its user; a front door that speaks the same bodies
+// (the HTTP API) can be another, while the business API maps the same
+// domain types to protobuf itself. The domain services never see these
+// bodies, so no front door's encoding or size limit reaches them.
+package clientwire
+
+import (
+	"encoding/json"
+
+	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+)
+
+// SendRequest converts the SEND_MESSAGE body.
+func SendRequest(w protocol.SendRequest) message.SendRequest {
+	return message.SendRequest{
+		To:          message.Target{UserID: w.ToUserID.Int64(), GroupID: w.GroupID.Int64(), ConversationID: w.ConversationID.Int64()},
+		ClientMsgID: w.ClientMsgID, MsgID: w.MsgID.Int64(), MessageType: w.MessageType, Content: w.Content,
+	}
+}
+
+// PageBound is the byte bound of a sync page answered in frames of
+// maxFrame bytes (logic.max_frame_size; ≤ 0 means
+// frame.DefaultMaxFrameSize): the page's list fits what the frame leaves
+// after header and envelope, each message counted at its exact JSON upper
+// bound.
+func PageBound(maxFrame int) inbox.SizeBound {
+	if maxFrame <= 0 {
+		maxFrame = frame.DefaultMaxFrameSize
+	}
+	return inbox.SizeBound{Budget: protocol.PageBudget(maxFrame), MessageSize: protocol.MessageBound}
+}
+
+// HistoryQuery converts the SYNC_MESSAGES body of user uid, bounded by
+// bound (PageBound).
+func HistoryQuery(uid int64, w protocol.SyncMessagesRequest, bound inbox.SizeBound) inbox.HistoryQuery {
+	return inbox.HistoryQuery{UserID: uid, ConversationID: w.ConversationID.Int64(), After: w.LastMsgID.Int64(), Limit: w.Limit, Bound: bound}
+}
+
+// SyncMessagesReply is the data of the SYNC_MESSAGES answer of page.
+func SyncMessagesReply(page inbox.HistoryPage) *protocol.SyncMessagesReply {
+	r := &protocol.SyncMessagesReply{
+		ConversationID: jsonid.ID(page.ConversationID), NextMsgID: jsonid.ID(page.Next),
+		Messages: make([]protocol.Message, 0, len(page.Messages)),
+	}
+	for _, m := range page.Messages {
+		r.Messages = append(r.Messages, Message(m))
+	}
+	return r
+}
+
+// Message is the client form of a stored message.
+func Message(m inbox.Message) protocol.Message {
+	w := protocol.Message{
+		MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), ConversationType: m.ConversationType,
+		SenderID: jsonid.ID(m.SenderID), ClientMsgID: m.ClientMsgID, MessageType: m.MessageType,
+		CreatedAt: m.CreatedAt.UnixMilli(), Status: protocol.StatusNormal,
+	}
+	if m.Recalled {
+		w.Status = protocol.StatusRecalled
+	} else {
+		w.Content = json.RawMessage(m.Content)
+	}
+	return w
+}

@@ -1,0 +1,175 @@
+package gateway
+
+import (
+	"context"
+
+	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/clientwire"
+	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/ratelimit"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/jsonid"
+	"github.com/sparkim/spark/pkg/protocol"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// command is how the gateway answers one request command: the whole
+// client protocol is the table commands, and Handle only walks it (the
+// session rule, then the rate limit, then serve).
+type command struct {
+	// unauthed marks AUTH, the one command of a connection without a
+	// session (and refused on one that has it); every other command needs
+	// the session.
+	unauthed bool
+	// class is the per-device rate class checked before serve does any
+	// work; limited is false for a command no limit applies to.
+	class   ratelimit.Class
+	limited bool
+	// serve decodes the body, calls the domain and returns the answer's
+	// data (or an error for the envelope); it may set the answer's
+	// command, Bind and Close through c.resp.
+	serve func(h *Handler, c *call) ([]byte, error)
+}
+
+// call is one request being answered.
+type call struct {
+	ctx    context.Context
+	gateID string
+	req    *logicv1.Request
+	resp   *logicv1.Response
+}
+
+// sender is the session's device as the message service names it.
+func (c *call) sender() message.Sender {
+	s := c.req.Session
+	return message.Sender{UserID: s.UserId, DeviceID: s.DeviceId, RealIP: c.req.RealIp}
+}
+
+// commands is the client protocol's request commands. An entry's serve
+// is built by decoded (a JSON body into its typed request, 40001 when it
+// does not decode) or reads the body itself.
+var commands = map[uint32]command{
+	uint32(protocol.CmdAuth):          {unauthed: true, class: ratelimit.Auth, serve: (*Handler).authenticate},
+	uint32(protocol.CmdGenerateMsgID): {class: ratelimit.Send, limited: true, serve: (*Handler).generateMsgID},
+	uint32(protocol.CmdSendMessage): {class: ratelimit.Send, limited: true, serve: decoded(invalidJSON, false,
+		func(h *Handler, c *call, r protocol.SendRequest) (any, error) {
+			ack, err := h.Messages.Send(c.ctx, c.sender(), clientwire.SendRequest(r))
+			c.resp.Command = uint32(protocol.CmdSendAck)
+			return ack, err
+		})},
+	// A fresh device may send SYNC_INBOX with no body at all.
+	uint32(protocol.CmdSyncInbox): {class: ratelimit.Sync, limited: true, serve: decoded(invalidJSON, true,
+		func(h *Handler, c *call, r protocol.SyncInboxRequest) (any, error) {
+			s := c.req.Session
+			reply, more, err := h.Inbox.SyncInbox(c.ctx, inbox.User{UserID: s.UserId, DeviceID: s.DeviceId}, r)
+			c.resp.Command = pageCommand(more, protocol.CmdSyncInbox, protocol.CmdSyncInboxFinish)
+			return reply, err
+		})},
+	uint32(protocol.CmdSyncMessages): {class: ratelimit.Sync, limited: true, serve: decoded(invalidIDs, false,
+		func(h *Handler, c *call, r protocol.SyncMessagesRequest) (any, error) {
+			page, err := h.Inbox.History(c.ctx, clientwire.HistoryQuery(c.req.Session.UserId, r, h.pageBound))
+			if err != nil {
+				return nil, err
+			}
+			c.resp.Command = pageCommand(page.More, protocol.CmdSyncMessages, protocol.CmdSyncMessagesDone)
+			return clientwire.SyncMessagesReply(page), nil
+		})},
+	uint32(protocol.CmdReadMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
+		func(h *Handler, c *call, r protocol.ReadRequest) (any, error) {
+			return h.Messages.Read(c.ctx, c.sender(), r)
+		})},
+	uint32(protocol.CmdRecallMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
+		func(h *Handler, c *call, r protocol.MessageRef) (any, error) {
+			return h.Messages.Recall(c.ctx, c.sender(), r)
+		})},
+	uint32(protocol.CmdDeleteMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
+		func(h *Handler, c *call, r protocol.MessageRef) (any, error) {
+			return h.Messages.Delete(c.ctx, c.sender(), r)
+		})},
+	uint32(protocol.CmdConversationSettings): {class: ratelimit.Edit, limited: true, serve: decoded("invalid JSON body (ids are integers, flags booleans)", false,
+		func(h *Handler, c *call, r protocol.SettingsRequest) (any, error) {
+			return h.Messages.Settings(c.ctx, c.sender(), r)
+		})},
+	uint32(protocol.CmdRelation): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
+		return h.relation(c.ctx, c.req.Session.UserId, c.req.Body)
+	}},
+	uint32(protocol.CmdGroup): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
+		return h.group(c.ctx, c.req.Session.UserId, c.req.Body)
+	}},
+}
+
+// The 40001 messages of a body that does not decode.
+const (
+	invalidJSON = "invalid JSON body"
+	// invalidIDs is for bodies where the usual mistake is an id that is
+	// not an integer.
+	invalidIDs = "invalid JSON body (ids are integers)"
+)
+
+// decoded returns a serve that decodes the body into a T (an empty body is
+// the zero T when emptyOK), calls f and encodes its answer.
+func decoded[T any](msg string, emptyOK bool, f func(h *Handler, c *call, req T) (any, error)) func(*Handler, *call) ([]byte, error) {
+	return func(h *Handler, c *call) ([]byte, error) {
+		var req T
+		if len(c.req.Body) > 0 || !emptyOK {
+			if err := decode(c.req.Body, &req, msg); err != nil {
+				return nil, err
+			}
+		}
+		reply, err := f(h, c, req)
+		if err != nil {
+			return nil, err
+		}
+		return protocol.Marshal(reply)
+	}
+}
+
+// pageCommand is the answer command of a sync page: next while more
+// pages follow, last for the final one.
+func pageCommand(more bool, next, last uint16) uint32 {
+	if more {
+		return uint32(next)
+	}
+	return uint32(last)
+}
+
+// authenticate answers AUTH.
+func (h *Handler) authenticate(c *call) ([]byte, error) {
+	// A blocked or flooding address is refused before its token is even
+	// looked at; the refused connection is closed, like a bad token's,
+	// and the client comes back after retry_after_ms.
+	if err := h.Limits.AdmitAuth(c.ctx, c.req.RealIp); err != nil {
+		c.resp.Close = true
+		return nil, err
+	}
+	var areq protocol.AuthRequest
+	if err := decode(c.req.Body, &areq, invalidJSON); err != nil {
+		return nil, err
+	}
+	bind, reply, err := h.Auth.Auth(c.ctx, auth.Conn{GateID: c.gateID, ConnID: c.req.ConnId, RealIP: c.req.RealIp}, areq)
+	if err != nil {
+		switch code, _ := errcode.Of(err); code {
+		case errcode.BadToken:
+			c.resp.Close = true
+			h.Limits.AuthFailed(c.ctx, c.req.RealIp)
+		case errcode.RateLimited:
+			c.resp.Close = true
+		}
+		return nil, err
+	}
+	data, err := protocol.Marshal(reply)
+	if err == nil {
+		c.resp.Bind = bind
+	}
+	return data, err
+}
+
+// generateMsgID answers GENERATE_MSG_ID.
+func (h *Handler) generateMsgID(c *call) ([]byte, error) {
+	id, err := h.IDs.Next(c.ctx)
+	if err != nil {
+		return nil, errcode.Unavailable("", err)
+	}
+	return protocol.Marshal(protocol.MsgIDReply{MsgID: jsonid.ID(id)})
+}
