@@ -36,9 +36,10 @@ func (g *ConnIDs) Next() uint64 { return g.base | uint64(g.n.Add(1)) }
 // connection); everything shared with pushes and logic answers is atomic or
 // under mu.
 type Conn struct {
-	id     uint64
-	tr     Transport
-	realIP string
+	// upLink is what the upstream keeps of the connection: its id and
+	// address, the stream it is pinned to, its requests in flight.
+	upLink
+	tr Transport
 	// addrKey is realIP as the per-address cap counts it (pkg/ipkey).
 	addrKey   string
 	createdAt time.Time
@@ -52,11 +53,6 @@ type Conn struct {
 	// pendingKick is a kick that arrived while AUTH was in flight
 	// (logic already wrote the route and then replaced it).
 	pendingKick atomic.Pointer[deferredKick]
-	// inflight counts this connection's requests awaiting logic, bounded by
-	// gate.max_inflight_per_conn.
-	inflight atomic.Int32
-	// stream is the upstream stream this connection is pinned to.
-	stream atomic.Pointer[stream]
 	// awaiting counts the requests forwarded to logic whose answer (or
 	// 50301) is not yet queued on out. It is raised before forwarding and
 	// lowered after queueing, unlike inflight, which logic's answer lowers
@@ -79,7 +75,7 @@ type Conn struct {
 }
 
 func newConn(id uint64, tr Transport, realIP string, now time.Time) *Conn {
-	c := &Conn{id: id, tr: tr, realIP: realIP, createdAt: now}
+	c := &Conn{upLink: upLink{id: id, realIP: realIP}, tr: tr, createdAt: now}
 	c.lastActive.Store(now.UnixNano())
 	return c
 }
@@ -186,7 +182,11 @@ func (c *Conn) Close(r closeReason) {
 
 // write implements sink through the transport, which returns within the
 // write timeout.
-func (c *Conn) write(b []byte) error { return c.tr.WriteFrames(b) }
+func (c *Conn) write(b *frameBatch) error { return c.tr.WriteFrames(b) }
+
+// closing reports whether the connection takes no more frames: it is
+// closing once what is queued has been written.
+func (c *Conn) closing() bool { return c.out.Closing() }
 
 // shutdown implements sink.
 func (c *Conn) shutdown(r closeReason) { c.Close(r) }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
@@ -134,26 +133,18 @@ func (l *connLimits) register(reg prometheus.Registerer) {
 	)
 }
 
-// refuse writes the refusal frame of a connection that got no session and
-// closes it.
-func (s *Server) refuse(t *tcpConn) {
-	if t.refuseTimer != nil {
-		t.refuseTimer.Stop()
-	}
-	body := envelope.Fail(s.ids.Next(), errcode.RateLimited, t.refused)
-	if err := t.WriteFrames(frame.Encode(frame.Header{Command: protocol.CmdAuth}, body)); err != nil {
-		s.log.Debug("refusal frame not written", zap.String("real_ip", t.realIP), zap.Error(err))
-	}
-	s.log.Debug("connection refused, closing", zap.String("real_ip", t.realIP), zap.String("reason", t.refused))
-	_ = t.nc.Close()
+// refusal is the session layer's answer to a connection over one of the
+// caps: the reason, for the log, and the one frame its carrier writes
+// before closing.
+type refusal struct {
+	reason string
+	frame  *frameBatch
 }
 
-// frameLimit is the largest frame the connection may send now:
-// gate.preauth_max_frame_size until it has authenticated, then
-// gate.max_frame_size. The event loop alone calls it.
-func (t *tcpConn) frameLimit() int {
-	if t.c != nil && t.c.Authenticated() {
-		return t.s.cfg.MaxFrameSize
-	}
-	return t.s.cfg.PreAuthMaxFrameSize
+// refuse builds the refusal for reason: command AUTH (1), RequestID 0,
+// code 42901 naming the cap.
+func (s *Server) refuse(reason string) *refusal {
+	b := &frameBatch{}
+	b.add(frame.Header{Command: protocol.CmdAuth}, envelope.Fail(s.ids.Next(), errcode.RateLimited, reason))
+	return &refusal{reason: reason, frame: b}
 }

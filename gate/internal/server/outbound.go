@@ -42,15 +42,9 @@ type outFrame struct {
 // sink is where an Outbound writes. write must return within the write
 // timeout; an error means the connection is unusable.
 type sink interface {
-	write(b []byte) error
+	write(b *frameBatch) error
 	shutdown(r closeReason)
 }
-
-// writeBufs recycles flush buffers so an idle connection holds none.
-var writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
-
-// maxPooledBuf keeps one large frame from pinning a big buffer in the pool.
-const maxPooledBuf = 64 << 10
 
 // Outbound is a connection's bounded write queue. At most one flusher runs
 // at a time (netpoll rejects concurrent writes), and it only exists while
@@ -159,12 +153,11 @@ func (o *Outbound) flush() {
 		}
 		o.mu.Unlock()
 
-		// One buffer per batch: every Write is a syscall.
-		bp := writeBufs.Get().(*[]byte)
-		buf := (*bp)[:0]
+		// One write per batch: every Write is a syscall.
+		b := getBatch()
 		closeAfter := false
 		for i := range batch {
-			buf = frame.Append(buf, batch[i].hdr, batch[i].body)
+			b.add(batch[i].hdr, batch[i].body)
 			if batch[i].close {
 				closeAfter = true
 				break
@@ -172,11 +165,8 @@ func (o *Outbound) flush() {
 		}
 		n := len(batch)
 		clear(batch) // drop references to shared bodies early
-		err := o.sink.write(buf)
-		if cap(buf) <= maxPooledBuf {
-			*bp = buf[:0]
-			writeBufs.Put(bp)
-		}
+		err := o.sink.write(b)
+		putBatch(b)
 		if err != nil {
 			o.stop()
 			o.sink.shutdown(closeWriteFailed)

@@ -31,7 +31,7 @@ func newFakeSink(blocking bool) *fakeSink {
 	return s
 }
 
-func (s *fakeSink) write(b []byte) error {
+func (s *fakeSink) write(b *frameBatch) error {
 	if s.active.Add(1) > 1 {
 		s.overlaps.Add(1)
 	}
@@ -42,13 +42,20 @@ func (s *fakeSink) write(b []byte) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(b) > 0 {
-		h, _, n, err := frame.Decode(b, 0)
-		if err != nil || n == 0 {
+	// Each frame of the batch is exactly one whole frame, and together
+	// they are the batch's bytes.
+	total := 0
+	for i := range b.len() {
+		f := b.frame(i)
+		h, _, n, err := frame.Decode(f, 0)
+		if err != nil || n != len(f) {
 			panic("outbound wrote a broken frame")
 		}
 		s.frames = append(s.frames, h)
-		b = b[n:]
+		total += n
+	}
+	if total != len(b.bytes()) {
+		panic("a batch's frames do not cover its bytes")
 	}
 	return nil
 }

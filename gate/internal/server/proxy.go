@@ -11,6 +11,7 @@ import (
 	"github.com/sparkim/spark/pkg/config"
 
 	"github.com/cloudwego/netpoll"
+	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/gate/internal/proxyproto"
 )
@@ -20,7 +21,7 @@ import (
 // unset: a balancer sends it with the connection, at once.
 const defaultProxyHeaderTimeout = 3 * time.Second
 
-// proxyPolicy is the PROXY protocol stage of the stream transports: which
+// proxyPolicy is the PROXY protocol stage of the client listeners: which
 // listeners expect a header, which peers may send one, and how long they
 // have to send it.
 type proxyPolicy struct {
@@ -137,13 +138,45 @@ func addrOf(addr net.Addr) netip.Addr {
 	return ap.Addr().Unmap()
 }
 
+// armProxy starts the PROXY stage of an accepted socket, or, when its
+// listener expects no header, takes the socket's peer as the client. The
+// session starts only once the header names the client, so nothing (logs,
+// logic's real_ip) ever sees the balancer's address. It reports false
+// when the peer may not send a header and the socket is closing.
+func (sk *socket) armProxy() bool {
+	p := sk.l.proxy
+	if p == nil {
+		sk.realIP = remoteIP(sk.nc.RemoteAddr())
+		return true
+	}
+	if !p.trusts(sk.nc.RemoteAddr()) {
+		sk.proxyReject("untrusted source", nil)
+		return false
+	}
+	sk.awaiting.Store(true)
+	sk.proxyTimer.arm(p.timeout, func() {
+		if sk.awaiting.Load() {
+			sk.proxyReject("header timeout", nil)
+		}
+	})
+	return true
+}
+
+// proxyReject closes a socket that failed the PROXY stage.
+func (sk *socket) proxyReject(reason string, err error) {
+	sk.l.metrics.ProxyRejects.Add(1)
+	sk.l.log.Debug("proxy header refused, closing", zap.String("peer", remoteIP(sk.nc.RemoteAddr())),
+		zap.String("reason", reason), zap.Error(err))
+	_ = sk.nc.Close()
+}
+
 // readProxyHeader consumes the PROXY header from r without blocking and
-// without reading past it, so whatever follows (frames; later a TLS
-// ClientHello) stays in r. A partial header is moved to t.proxyBuf, since
+// without reading past it, so whatever follows (frames, a TLS ClientHello,
+// an HTTP upgrade) stays in r. A partial header is moved to sk.proxyBuf, since
 // netpoll must never be left with unread bytes. It returns the client's
 // address once the header is complete, "" while it is not.
-func (t *tcpConn) readProxyHeader(r netpoll.Reader) (string, error) {
-	avail := min(r.Len(), proxyproto.MaxV2Length-len(t.proxyBuf))
+func (sk *socket) readProxyHeader(r netpoll.Reader) (string, error) {
+	avail := min(r.Len(), proxyproto.MaxV2Length-len(sk.proxyBuf))
 	if avail == 0 {
 		return "", nil
 	}
@@ -152,7 +185,7 @@ func (t *tcpConn) readProxyHeader(r netpoll.Reader) (string, error) {
 		return "", fmt.Errorf("proxy: peek: %w", err)
 	}
 	// buf is always the connection's own memory, never netpoll's.
-	buf := append(t.proxyBuf, peek...)
+	buf := append(sk.proxyBuf, peek...)
 	h, n, err := proxyproto.Parse(buf)
 	if err != nil {
 		return "", err
@@ -161,17 +194,17 @@ func (t *tcpConn) readProxyHeader(r netpoll.Reader) (string, error) {
 		if err := r.Skip(avail); err != nil {
 			return "", fmt.Errorf("proxy: skip: %w", err)
 		}
-		t.proxyBuf = buf
+		sk.proxyBuf = buf
 		return "", nil
 	}
-	if err := r.Skip(n - len(t.proxyBuf)); err != nil {
+	if err := r.Skip(n - len(sk.proxyBuf)); err != nil {
 		return "", fmt.Errorf("proxy: skip: %w", err)
 	}
-	t.proxyBuf = nil
+	sk.proxyBuf = nil
 	if h.Local() {
 		// LOCAL (a balancer's own check) or UNKNOWN: the socket's
 		// address stands.
-		return remoteIP(t.nc.RemoteAddr()), nil
+		return remoteIP(sk.nc.RemoteAddr()), nil
 	}
 	return h.Source.Addr().Unmap().String(), nil
 }

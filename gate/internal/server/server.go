@@ -6,7 +6,6 @@ package server
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -74,11 +73,10 @@ type Server struct {
 	// proxy is the PROXY protocol stage, nil when gate.proxy_protocol is
 	// off.
 	proxy *proxyPolicy
-	// certs, tlsConf and tlsSlots (the handshakes in progress) serve the
-	// TLS listener; nil when gate.tls_cert_file is unset.
-	certs    *certStore
-	tlsConf  *tls.Config
-	tlsSlots chan struct{}
+	// certs and tls serve the tls and wss listeners; nil when
+	// gate.tls_cert_file is unset.
+	certs *certStore
+	tls   *tlsStage
 
 	// ctx is the base of every connection's context; set once by Start.
 	ctx    context.Context
@@ -87,7 +85,7 @@ type Server struct {
 	up *Upstream
 	// listeners are the client listeners in start order, plain TCP
 	// first; each has its own event loop.
-	listeners []clientListener
+	listeners []*listener
 	// wsPolicy answers WebSocket upgrades on the ws and wss listeners.
 	wsPolicy *wsPolicy
 	// limits are the connection caps per address and before AUTH.
@@ -165,8 +163,7 @@ func New(opts Options) (*Server, error) {
 	limits := newConnLimits(cfg.MaxConnsPerIP, cfg.MaxUnauthenticated)
 	limits.register(opts.Registry)
 	var certs *certStore
-	var tlsConf *tls.Config
-	var tlsSlots chan struct{}
+	var tlsSt *tlsStage
 	if cfg.TLSEnabled() {
 		if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" || cfg.TLSAddr == "" {
 			return nil, errors.New("server: gate.tls_cert_file, gate.tls_key_file and gate.tls_addr must be set together")
@@ -175,15 +172,15 @@ func New(opts Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("server: tls: %w", err)
 		}
-		certs, tlsConf, tlsSlots = c, newTLSConfig(c), make(chan struct{}, cfg.TLSMaxHandshakes)
+		certs = c
+		tlsSt = &tlsStage{conf: newTLSConfig(c), slots: make(chan struct{}, cfg.TLSMaxHandshakes), timeout: cfg.TLSHandshakeTimeout}
 	} else if cfg.WSSAddr != "" {
 		return nil, errors.New("server: gate.wss_addr needs gate.tls_cert_file and gate.tls_key_file")
 	}
 	t := NewTable(cfg.Shards)
 	return &Server{
 		certs:    certs,
-		tlsConf:  tlsConf,
-		tlsSlots: tlsSlots,
+		tls:      tlsSt,
 		proxy:    proxy,
 		wsPolicy: wsp,
 		limits:   limits,
@@ -246,7 +243,7 @@ func (s *Server) Start(ctx context.Context) error {
 	}()
 
 	for _, l := range s.wantListeners() {
-		if err := s.listenStream(l.addr, l.kind); err != nil {
+		if err := s.listen(l); err != nil {
 			s.shutdownListeners(ctx)
 			s.pushSrv.Stop()
 			up.closeConns()

@@ -19,15 +19,37 @@ import (
 // too little for a decompression bomb.
 const inflateFactor = 4
 
+// sessionLayer is what a carrier hands a connection's life to: its
+// start, its frames and its end. Carriers reach the session layer only
+// through it, never the server's wiring.
+type sessionLayer interface {
+	// openSession starts the session of a carrier ready to carry
+	// frames, or refuses it (the carrier writes the refusal and
+	// closes); both nil when the gate is draining.
+	openSession(tr Transport, realIP string) (*Conn, *refusal)
+	// handleFrame takes one decoded frame; false means the connection
+	// is closing and the carrier should stop decoding.
+	handleFrame(ctx context.Context, c *Conn, h frame.Header, body []byte, aliased bool) bool
+	// badFrame closes a connection whose byte stream broke.
+	badFrame(c *Conn, err error)
+	// closeSession ends c once its carrier has closed.
+	closeSession(c *Conn)
+	// frameLimit is the largest frame c (nil: no session yet) may send.
+	frameLimit(c *Conn) int
+}
+
 // openSession starts the session of a connection whose transport is ready
 // to carry frames; realIP is the client's address as the transport knows it
-// (the socket peer, or the PROXY header's source). A connection over one of
-// the gate's caps gets no session: openSession returns the reason instead.
-// It never blocks.
-func (s *Server) openSession(tr Transport, realIP string) (*Conn, string) {
+// (the socket peer, the PROXY header's source, a trusted proxy's header).
+// A connection over one of the gate's caps gets no session but a refusal
+// to write. It never blocks.
+func (s *Server) openSession(tr Transport, realIP string) (*Conn, *refusal) {
+	if s.draining.Load() {
+		return nil, nil
+	}
 	key := ipkey.Of(realIP)
 	if reason := s.limits.admit(key); reason != "" {
-		return nil, reason
+		return nil, s.refuse(reason)
 	}
 	c := newConn(s.connIDs.Next(), tr, realIP, time.Now())
 	c.addrKey = key
@@ -36,7 +58,7 @@ func (s *Server) openSession(tr Transport, realIP string) (*Conn, string) {
 	s.metrics.Connections.Add(1)
 	// A transport's Kind never changes, so closing finds the same gauge.
 	s.metrics.carrierConns(tr.Kind()).Add(1)
-	return c, ""
+	return c, nil
 }
 
 // closeSession runs once when the transport has closed, whoever closed it.
@@ -57,7 +79,7 @@ func (s *Server) closeSession(c *Conn) {
 	s.metrics.Closes[why].Add(1)
 	if prev == stateAuthenticated {
 		s.metrics.Authenticated.Add(-1)
-		s.up.SendClosed(c, sess, reason)
+		s.up.SendClosed(&c.upLink, sess, reason)
 		s.log.Debug("connection closed", zap.Uint64("conn_id", c.id), zap.Int64("user_id", sess.GetUserId()),
 			zap.String("device_id", sess.GetDeviceId()), zap.String("real_ip", c.realIP), zap.String("reason", reason))
 		return
@@ -76,9 +98,13 @@ func (s *Server) badFrame(c *Conn, err error) {
 }
 
 // handleFrame runs the connection's state machine for one frame. aliased
-// says body points into the transport's buffer and must be copied to be kept. It
-// reports false when the connection is closing.
+// says body points into the transport's buffer and must be copied to be
+// kept. It reports false when the connection is closing: a closing
+// session takes no more frames.
 func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body []byte, aliased bool) bool {
+	if c.closing() {
+		return false
+	}
 	s.metrics.FramesIn.Add(1)
 	c.touch(time.Now())
 	if h.Gzip() {
@@ -138,7 +164,7 @@ func (s *Server) forward(ctx context.Context, c *Conn, sess *logicv1.Session, h 
 		s.fail(c, h, errcode.Busy, "server shutting down")
 		return false
 	}
-	if !s.up.Forward(ctx, c, sess, h, body) {
+	if !s.up.Forward(ctx, &c.upLink, sess, h, body) {
 		c.awaiting.Add(-1)
 		s.busy(c, h)
 		return false
@@ -147,10 +173,10 @@ func (s *Server) forward(ctx context.Context, c *Conn, sess *logicv1.Session, h 
 }
 
 // frameLimit is the largest frame (and a quarter of the largest inflated
-// body) c may send now: small until it has authenticated (frameLimit of
-// tcpConn).
+// body) c may send now: gate.preauth_max_frame_size until it has
+// authenticated (or while it has no session), then gate.max_frame_size.
 func (s *Server) frameLimit(c *Conn) int {
-	if c.Authenticated() {
+	if c != nil && c.Authenticated() {
 		return s.cfg.MaxFrameSize
 	}
 	return s.cfg.PreAuthMaxFrameSize
@@ -214,7 +240,7 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 		if resp.Bind != nil {
 			// Logic recorded a route for a connection that is already
 			// gone; tell it so the route does not linger.
-			s.up.sendClosedOn(p.st, resp.ConnId, resp.Bind, closeBeforeAuth.String())
+			s.up.SendClosedAfter(p, resp.ConnId, resp.Bind, closeBeforeAuth.String())
 		}
 		return
 	}
@@ -230,7 +256,7 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 				zap.String("device_id", resp.Bind.DeviceId), zap.String("real_ip", c.realIP))
 		} else if c.state.Load() == stateClosed {
 			_, reason := c.reason()
-			s.up.sendClosedOn(p.st, c.id, resp.Bind, reason)
+			s.up.SendClosedAfter(p, c.id, resp.Bind, reason)
 		}
 	}
 	if p.command == protocol.CmdAuth {

@@ -9,8 +9,8 @@ type nopSocket struct{ closed chan struct{} }
 
 func newNopSocket() *nopSocket { return &nopSocket{closed: make(chan struct{})} }
 
-func (s *nopSocket) WriteFrames([]byte) error { return nil }
-func (s *nopSocket) Kind() string             { return "nop" }
+func (s *nopSocket) WriteFrames(*frameBatch) error { return nil }
+func (s *nopSocket) Kind() string                  { return "nop" }
 func (s *nopSocket) Close() error {
 	select {
 	case <-s.closed:

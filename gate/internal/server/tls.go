@@ -15,7 +15,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// TLS on netpoll (docs/decisions.md 60, notes/netpoll-tls-ws-proxy.md):
+// TLS on netpoll (docs/decisions.md 60):
 // crypto/tls runs over npConn, a thin net.Conn over the netpoll connection.
 // The handshake runs in the connection's first OnRequest with npConn in
 // blocking mode (a tls.Conn's handshake error is sticky, so it cannot be
@@ -24,7 +24,8 @@ import (
 // over only what netpoll has already buffered, else errWouldBlock, which
 // crypto/tls treats as temporary and retryable, keeping a partial record
 // in its own buffer. So OnRequest reads plaintext until it would block,
-// feeds it to the same stream decoder plain TCP uses, and returns with
+// hands it to the carrier above (the byte stream or WebSocket, exactly as
+// on a plain socket), and returns with
 // netpoll's buffer empty; the next bytes re-trigger it. The split-record
 // test guards this reliance on crypto/tls against a Go upgrade.
 
@@ -120,7 +121,7 @@ func (c *npConn) Write(p []byte) (int, error) {
 	return written, nil
 }
 
-// tlsLayer is the TLS state of one connection on the TLS listener.
+// tlsLayer is the TLS state of one socket on the tls or wss listener.
 type tlsLayer struct {
 	raw *npConn
 	tc  *tls.Conn
@@ -166,18 +167,27 @@ func newTLSConfig(certs *certStore) *tls.Config {
 	}
 }
 
-// armTLS prepares the TLS layer of an accepted socket and its handshake
+// tlsStage is the TLS stage the tls and wss listeners share: the
+// configuration, the handshakes in progress (gate.tls_max_handshakes) and
+// the handshake deadline.
+type tlsStage struct {
+	conf    *tls.Config
+	slots   chan struct{}
+	timeout time.Duration
+}
+
+// armTLS prepares the TLS stage of an accepted socket and its handshake
 // deadline, counted from accept so a slow PROXY header or a trickled
 // ClientHello cannot extend it.
-func (t *tcpConn) armTLS(nc netpoll.Connection) {
-	s := t.s
+func (sk *socket) armTLS() {
+	l, nc := sk.l, sk.nc
 	raw := &npConn{Connection: nc}
-	t.sec = &tlsLayer{raw: raw, tc: tls.Server(raw, s.tlsConf)}
-	sec := t.sec
-	sec.timer.arm(s.cfg.TLSHandshakeTimeout, func() {
+	sec := &tlsLayer{raw: raw, tc: tls.Server(raw, l.tls.conf)}
+	sk.sec = sec
+	sec.timer.arm(l.tls.timeout, func() {
 		if !sec.done.Load() {
-			s.metrics.TLSHandshakeFailures.Add(1)
-			s.log.Debug("tls handshake timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
+			l.metrics.TLSHandshakeFailures.Add(1)
+			l.log.Debug("tls handshake timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
 			_ = nc.Close()
 		}
 	})
@@ -186,40 +196,40 @@ func (t *tcpConn) armTLS(nc netpoll.Connection) {
 // handshake runs the server handshake in blocking mode within a slot of
 // gate.tls_max_handshakes; with every slot taken the connection is refused
 // at once rather than holding another goroutine.
-func (t *tcpConn) handshake() error {
-	s := t.s
+func (sk *socket) handshake() error {
+	l := sk.l
 	select {
-	case s.tlsSlots <- struct{}{}:
+	case l.tls.slots <- struct{}{}:
 	default:
-		s.metrics.TLSHandshakeRejects.Add(1)
+		l.metrics.TLSHandshakeRejects.Add(1)
 		return errors.New("tls: too many handshakes in progress")
 	}
 	// Handshake, not HandshakeContext: a cancellable context costs a
 	// watcher goroutine per handshake; the timer from armTLS bounds it.
-	err := t.sec.tc.Handshake()
-	<-s.tlsSlots
+	err := sk.sec.tc.Handshake()
+	<-l.tls.slots
 	if err != nil {
-		s.metrics.TLSHandshakeFailures.Add(1)
+		l.metrics.TLSHandshakeFailures.Add(1)
 		return fmt.Errorf("tls: handshake: %w", err)
 	}
-	t.sec.done.Store(true)
-	t.sec.timer.stop()
-	t.sec.raw.nonblock.Store(true)
+	sk.sec.done.Store(true)
+	sk.sec.timer.stop()
+	sk.sec.raw.nonblock.Store(true)
 	return nil
 }
 
 // readTLS decrypts every record netpoll has delivered and hands the
-// plaintext to the carrier's decoder, until crypto/tls would have to wait.
-// It returns nil then, or the decoder's or the connection's error.
-func (t *tcpConn) readTLS(ctx context.Context) error {
+// plaintext to the carrier, until crypto/tls would have to wait. It
+// returns nil then, or the carrier's or the connection's error.
+func (sk *socket) readTLS(ctx context.Context, t carrierConn) error {
 	bp := plainBufs.Get().(*[]byte)
 	defer plainBufs.Put(bp)
 	buf := *bp
 	for {
-		n, err := t.sec.tc.Read(buf)
+		n, err := sk.sec.tc.Read(buf)
 		if n > 0 {
 			src := sliceSource{b: buf[:n]}
-			if ferr := t.consume(ctx, &src); ferr != nil {
+			if ferr := t.carry(ctx, &src); ferr != nil {
 				return ferr
 			}
 		}

@@ -204,7 +204,7 @@ func TestTLSHandshakeBound(t *testing.T) {
 	if _, err := stalled.Write([]byte{0x16, 0x03, 0x01, 0x02, 0x00}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitFor(t, func() bool { return len(f.s.tlsSlots) == 1 }, "stalled handshake")
+	f.waitFor(t, func() bool { return len(f.s.tls.slots) == 1 }, "stalled handshake")
 	raw, err := net.DialTimeout("tcp", f.s.TLSAddr(), safety)
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestTLSHandshakeBound(t *testing.T) {
 	}
 	c := &client{t: t, nc: stalled}
 	c.expectClosed()
-	f.waitFor(t, func() bool { return len(f.s.tlsSlots) == 0 }, "slot freed")
+	f.waitFor(t, func() bool { return len(f.s.tls.slots) == 0 }, "slot freed")
 	ok, _ := f.dialTLS(t, nil)
 	ok.auth(9, "dev-after")
 }

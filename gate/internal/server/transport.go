@@ -1,161 +1,96 @@
 package server
 
 import (
-	"context"
-	"errors"
-	"fmt"
+	"sync"
 
 	"github.com/sparkim/spark/pkg/frame"
 )
 
-// The gate has two layers. A transport carries one client's Spark frames:
-// today plain TCP on netpoll (tcp.go), later PROXY → TLS → a byte stream or
-// WebSocket messages. The session layer (session.go, conn.go, outbound.go)
-// runs the AUTH deadline, limits, upstream forwarding, the outbound queue,
-// pushes and kicks, and never learns which transport carried a frame: a
-// transport hands it decoded frames through Server.handleFrame and the
-// session writes and closes only through the Transport interface, so a new
-// carrier adds a file, not a copy of the session loop.
+// The gate has two layers, and data flows one way through them: listener
+// → carrier → session → upstream for what a client sends, push or logic's
+// answer → session → carrier for what it is sent.
+//
+// A carrier carries one client's Spark frames and nothing else. Each
+// accepted socket runs the stages its listener asks for, each done before
+// the next sees a byte: a PROXY header (proxy.go), a TLS handshake
+// (tls.go), then one of two carriers: streamTransport (stream.go), Spark
+// frames back to back on a byte stream (the tcp and tls listeners), or
+// wsTransport (ws.go), one Spark frame per WebSocket binary message (ws
+// and wss). The stages and their socket are socket.go; the listeners and
+// netpoll's callbacks listener.go.
+//
+// The session layer (session.go, conn.go, outbound.go, push.go) owns
+// everything else: whether a connection gets a session at all (the caps,
+// limits.go), the frame size it may send, the AUTH deadline, forwarding,
+// the outbound queue, pushes, kicks and close reasons. It never learns
+// which carrier carried a frame: a carrier hands decoded frames up through
+// sessionLayer and the session writes and closes only through Transport,
+// so a new carrier adds a file, not a copy of the session loop.
 
 // Transport is the session layer's view of whatever carries a connection's
 // frames.
 type Transport interface {
-	// WriteFrames writes b, one or more whole encoded Spark frames, within
-	// the write timeout. Only the connection's single flusher calls it, so
-	// an implementation needs no write lock; a carrier with its own framing
-	// (WebSocket) can cut b at frame boundaries with frame.ParseHeader.
-	WriteFrames(b []byte) error
-	// Close closes the carrier at once. The transport then calls
-	// Server.closeSession exactly once, whoever closed it.
+	// WriteFrames writes the whole frames of b within the write timeout:
+	// a byte stream back to back, WebSocket one binary message each, in
+	// one socket write either way. Only the connection's single flusher
+	// calls it (and a refusal, before any session), so an implementation
+	// needs no lock against itself.
+	WriteFrames(b *frameBatch) error
+	// Close closes the carrier at once. The carrier then calls
+	// sessionLayer.closeSession exactly once, whoever closed it.
 	Close() error
-	// Kind names the carrier in logs ("tcp"; later "tls", "ws").
+	// Kind names the carrier in logs and the per-carrier gauge: "tcp",
+	// "tls", "ws" or "wss".
 	Kind() string
 }
 
-// byteSource is the part of netpoll.Reader the stream decoder reads
-// through: plain TCP passes its netpoll reader, a TLS transport will pass
-// its plaintext buffer. Peek and Next may return slices of the source's own
-// buffer, valid until it is released.
-type byteSource interface {
-	Len() int
-	Peek(n int) ([]byte, error)
-	Next(n int) ([]byte, error)
+// frameBatch is whole encoded Spark frames back to back in one buffer,
+// with where each ends, so a carrier can write them as one run of bytes
+// or one message each without parsing them apart again.
+type frameBatch struct {
+	buf  []byte
+	ends []int
 }
 
-// frameSink receives decoded frames. aliased says body points into the
-// source's buffer and must be copied to be kept. It reports false when the
-// connection is closing and decoding should stop.
-type frameSink interface {
-	onFrame(ctx context.Context, h frame.Header, body []byte, aliased bool) bool
+// add encodes one frame at the end of the batch.
+func (b *frameBatch) add(h frame.Header, body []byte) {
+	b.buf = frame.Append(b.buf, h, body)
+	b.ends = append(b.ends, len(b.buf))
 }
 
-// errDecodeStopped reports that the sink asked to stop.
-var errDecodeStopped = errors.New("decode: stopped by the session")
+// bytes returns every frame, back to back.
+func (b *frameBatch) bytes() []byte { return b.buf }
 
-// badStreamError marks a byte stream that is not Spark frames (bad magic,
-// version or length): the connection must close without reading further.
-type badStreamError struct{ err error }
+// len returns the number of frames.
+func (b *frameBatch) len() int { return len(b.ends) }
 
-func (e *badStreamError) Error() string { return "decode: " + e.err.Error() }
-func (e *badStreamError) Unwrap() error { return e.err }
-
-// streamDecoder cuts a byte stream into Spark frames. Whole frames are
-// handed out straight from the source's buffer; the start of a frame that
-// has not fully arrived is moved to the decoder's own buffer, so a caller
-// on netpoll can always consume every readable byte (returning from
-// OnRequest with unread bytes makes netpoll call again at once, forever).
-type streamDecoder struct {
-	// limit is the largest frame the connection may send now, asked at
-	// every header: it rises once the connection has authenticated, so a
-	// header announcing 64 KiB before AUTH closes the connection instead
-	// of making it buffer 64 KiB.
-	limit   func() int
-	pending []byte
+// frame returns the i-th encoded frame.
+func (b *frameBatch) frame(i int) []byte {
+	start := 0
+	if i > 0 {
+		start = b.ends[i-1]
+	}
+	return b.buf[start:b.ends[i]]
 }
 
-// feed decodes every complete frame in src into sink and keeps a trailing
-// partial one. It returns nil when src is empty, errDecodeStopped when the
-// sink stopped, a *badStreamError for a broken stream, or a read error.
-func (d *streamDecoder) feed(ctx context.Context, src byteSource, sink frameSink) error {
-	for {
-		n := src.Len()
-		if n == 0 {
-			return nil
-		}
-		if len(d.pending) > 0 || n < frame.HeaderSize {
-			if err := d.assemble(ctx, src, sink); err != nil {
-				return err
-			}
-			continue
-		}
-		hb, err := src.Peek(frame.HeaderSize)
-		if err != nil {
-			return fmt.Errorf("decode: peek header: %w", err)
-		}
-		h, err := frame.ParseHeader(hb, d.limit())
-		if err != nil {
-			return &badStreamError{err}
-		}
-		total := frame.HeaderSize + int(h.BodyLength)
-		if n < total {
-			if err := d.assemble(ctx, src, sink); err != nil {
-				return err
-			}
-			continue
-		}
-		b, err := src.Next(total)
-		if err != nil {
-			return fmt.Errorf("decode: read frame: %w", err)
-		}
-		if !sink.onFrame(ctx, h, b[frame.HeaderSize:], true) {
-			return errDecodeStopped
-		}
-	}
-}
+// batches recycles frame batches so an idle connection holds none.
+var batches = sync.Pool{New: func() any { return &frameBatch{buf: make([]byte, 0, 4096)} }}
 
-// assemble moves bytes of a partial frame into d.pending and hands the
-// frame out once it is complete.
-func (d *streamDecoder) assemble(ctx context.Context, src byteSource, sink frameSink) error {
-	if len(d.pending) < frame.HeaderSize {
-		take := min(frame.HeaderSize-len(d.pending), src.Len())
-		b, err := src.Next(take)
-		if err != nil {
-			return fmt.Errorf("decode: read header: %w", err)
-		}
-		d.pending = append(d.pending, b...)
-		if len(d.pending) < frame.HeaderSize {
-			// Garbage is visible before the header is complete.
-			if _, _, _, err := frame.Decode(d.pending, d.limit()); err != nil {
-				return &badStreamError{err}
-			}
-			return nil
-		}
+// maxPooledBuf keeps one large frame from pinning a big buffer in the pool;
+// maxPooledEnds does the same for a long batch.
+const (
+	maxPooledBuf  = 64 << 10
+	maxPooledEnds = 1024
+)
+
+// getBatch returns an empty batch from the pool.
+func getBatch() *frameBatch { return batches.Get().(*frameBatch) }
+
+// putBatch returns b to the pool unless it grew too large to keep.
+func putBatch(b *frameBatch) {
+	if cap(b.buf) > maxPooledBuf || cap(b.ends) > maxPooledEnds {
+		return
 	}
-	h, err := frame.ParseHeader(d.pending, d.limit())
-	if err != nil {
-		return &badStreamError{err}
-	}
-	total := frame.HeaderSize + int(h.BodyLength)
-	if cap(d.pending) < total {
-		grown := make([]byte, len(d.pending), total)
-		copy(grown, d.pending)
-		d.pending = grown
-	}
-	if need := total - len(d.pending); need > 0 {
-		b, err := src.Next(min(need, src.Len()))
-		if err != nil {
-			return fmt.Errorf("decode: read body: %w", err)
-		}
-		d.pending = append(d.pending, b...)
-	}
-	if len(d.pending) < total {
-		return nil
-	}
-	body := d.pending[frame.HeaderSize:total]
-	// The body may now be owned by a forwarded request; never reuse it.
-	d.pending = nil
-	if !sink.onFrame(ctx, h, body, false) {
-		return errDecodeStopped
-	}
-	return nil
+	b.buf, b.ends = b.buf[:0], b.ends[:0]
+	batches.Put(b)
 }

@@ -38,6 +38,20 @@ type responder interface {
 	rangeBindings(fn func(*logicv1.Binding) bool)
 }
 
+// upLink is the part of a client connection the upstream sees: the
+// session embeds one per connection and hands the upstream a pointer to
+// it, never the connection itself, and the upstream answers only through
+// its responder.
+type upLink struct {
+	id     uint64
+	realIP string
+	// stream is the stream the connection's requests are pinned to.
+	stream atomic.Pointer[stream]
+	// inflight counts the connection's requests awaiting logic, bounded
+	// by gate.max_inflight_per_conn.
+	inflight atomic.Int32
+}
+
 // UpstreamConfig configures the streams to logic.
 type UpstreamConfig struct {
 	GateID        string
@@ -177,7 +191,7 @@ func (u *Upstream) Inflight() int {
 
 // pick returns the stream c is pinned to, pinning it to a live one (hash of
 // its id over the live streams) when it has none or its stream is down.
-func (u *Upstream) pick(c *Conn) *stream {
+func (u *Upstream) pick(c *upLink) *stream {
 	if st := c.stream.Load(); st != nil && st.up.Load() {
 		return st
 	}
@@ -217,7 +231,7 @@ func (u *Upstream) anyLive(connID uint64) *stream {
 // must answer 50301 itself: no live stream, the connection at its own
 // in-flight cap, the stream's in-flight full or send queue full. It never
 // blocks.
-func (u *Upstream) Forward(ctx context.Context, c *Conn, sess *logicv1.Session, h frame.Header, body []byte) bool {
+func (u *Upstream) Forward(ctx context.Context, c *upLink, sess *logicv1.Session, h frame.Header, body []byte) bool {
 	if ctx.Err() != nil {
 		return false
 	}
@@ -264,8 +278,15 @@ func (u *Upstream) Forward(ctx context.Context, c *Conn, sess *logicv1.Session, 
 
 // SendClosed tells logic an authenticated connection is gone, on the stream
 // its requests used so logic sees it after them.
-func (u *Upstream) SendClosed(c *Conn, sess *logicv1.Session, reason string) {
+func (u *Upstream) SendClosed(c *upLink, sess *logicv1.Session, reason string) {
 	u.sendClosedOn(u.pick(c), c.id, sess, reason)
+}
+
+// SendClosedAfter tells logic that the connection p came from is gone,
+// on the stream that answered p: logic bound a session to a connection
+// that closed meanwhile.
+func (u *Upstream) SendClosedAfter(p *pendingReq, connID uint64, sess *logicv1.Session, reason string) {
+	u.sendClosedOn(p.st, connID, sess, reason)
 }
 
 // sendClosedOn queues a Closed on st (any live stream when st is down).

@@ -3,9 +3,9 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"net/netip"
 	"strings"
 	"sync"
@@ -19,7 +19,7 @@ import (
 	"github.com/sparkim/spark/pkg/frame"
 )
 
-// WebSocket on netpoll (docs/decisions.md 62, notes/netpoll-tls-ws-proxy.md):
+// WebSocket on netpoll (docs/decisions.md 62):
 // the event loop must never wait for bytes, so nothing here reads through
 // a blocking reader. The HTTP upgrade request is collected from the
 // connection's bytes (netpoll's buffer on ws, decrypted plaintext on wss;
@@ -57,8 +57,10 @@ type wsCloseError struct {
 
 func (e *wsCloseError) Error() string { return fmt.Sprintf("ws: %d %s", e.code, e.reason) }
 
-// wsLayer is the WebSocket state of one connection on the WS listener.
-type wsLayer struct {
+// wsTransport is the WebSocket carrier of the ws and wss listeners: after
+// the HTTP upgrade, one Spark frame per binary message each way.
+type wsTransport struct {
+	socket
 	// upgraded is set once the 101 is written; timer closes the
 	// connection if it has not been by the deadline.
 	upgraded atomic.Bool
@@ -117,7 +119,7 @@ func newWSPolicy(origins []string, realIPHeader string, trusted peerSet) (*wsPol
 // allow-list, and, from a trusted proxy, the client's address from the
 // configured header into t.realIP (the session starts after the upgrade,
 // so it never sees the proxy's address).
-func (p *wsPolicy) upgrader(t *tcpConn) *ws.Upgrader {
+func (p *wsPolicy) upgrader(t *wsTransport) *ws.Upgrader {
 	u := &ws.Upgrader{
 		OnRequest: func(uri []byte) error {
 			path := uri
@@ -167,18 +169,65 @@ func lastForwardedAddr(v []byte) (string, bool) {
 	return a.Unmap().String(), true
 }
 
-// armWS starts the upgrade deadline, counted from accept so a slow PROXY
-// header or a trickled request cannot extend it.
-func (t *tcpConn) armWS(nc netpoll.Connection) {
-	l := &wsLayer{}
-	t.ws = l
-	s := t.s
-	l.timer.arm(wsUpgradeTimeout, func() {
-		if !l.upgraded.Load() {
-			s.log.Debug("ws upgrade timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
+// newWSTransport starts the upgrade deadline, counted from accept so a
+// slow PROXY header or a trickled request cannot extend it.
+func newWSTransport(l *listener, nc netpoll.Connection) *wsTransport {
+	t := &wsTransport{socket: socket{l: l, nc: nc}}
+	t.timer.arm(wsUpgradeTimeout, func() {
+		if !t.upgraded.Load() {
+			l.log.Debug("ws upgrade timeout, closing", zap.String("peer", remoteIP(nc.RemoteAddr())))
 			_ = nc.Close()
 		}
 	})
+	return t
+}
+
+// begin implements carrierConn: the session opens after the upgrade.
+func (t *wsTransport) begin() bool { return true }
+
+// stopTimers implements carrierConn.
+func (t *wsTransport) stopTimers() {
+	t.timer.stop()
+	t.stopStages()
+}
+
+// onClosed implements carrierConn.
+func (t *wsTransport) onClosed(netpoll.Connection) error {
+	t.timer.stop()
+	t.end()
+	return nil
+}
+
+// carry implements carrierConn: the upgrade first (the session starts
+// once it is answered), then WebSocket messages.
+func (t *wsTransport) carry(ctx context.Context, src byteSource) error {
+	if t.c == nil {
+		if t.upgraded.Load() {
+			return errNoSession
+		}
+		done, err := t.upgradeWS(src)
+		if err != nil || !done {
+			return err
+		}
+		if t.open(t) == nil {
+			if t.refused != nil {
+				t.refuse(t)
+				return errDecodeStopped
+			}
+			return errNoSession
+		}
+	}
+	return t.feedWS(ctx, src)
+}
+
+// readFailed implements carrierConn.
+func (t *wsTransport) readFailed(err error) {
+	var wsErr *wsCloseError
+	if errors.As(err, &wsErr) {
+		t.closeWS(wsErr)
+		return
+	}
+	t.c.Close(closeReadFailed)
 }
 
 // requestWriter is the Upgrader's view of the connection: the request
@@ -186,11 +235,11 @@ func (t *tcpConn) armWS(nc netpoll.Connection) {
 // the response.
 type requestWriter struct {
 	*bytes.Reader
-	t *tcpConn
+	t *wsTransport
 }
 
 func (w requestWriter) Write(p []byte) (int, error) {
-	if err := w.t.writeRaw(p); err != nil {
+	if err := w.t.write(p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -199,8 +248,7 @@ func (w requestWriter) Write(p []byte) (int, error) {
 // upgradeWS collects the upgrade request and answers it. It reports true
 // once upgraded; false with a nil error while the request is incomplete.
 // Bytes after the request stay in src for the frame decoder.
-func (t *tcpConn) upgradeWS(src byteSource) (bool, error) {
-	l := t.ws
+func (t *wsTransport) upgradeWS(src byteSource) (bool, error) {
 	avail := src.Len()
 	peek, err := src.Peek(avail)
 	if err != nil {
@@ -208,19 +256,19 @@ func (t *tcpConn) upgradeWS(src byteSource) (bool, error) {
 	}
 	// buf is the connection's own memory when anything is pending.
 	buf := peek
-	if len(l.req) > 0 {
-		buf = append(l.req, peek...)
+	if len(t.req) > 0 {
+		buf = append(t.req, peek...)
 	}
 	end := bytes.Index(buf, []byte("\r\n\r\n"))
 	if end < 0 {
 		if len(buf) > wsMaxRequest {
-			_ = t.writeRaw([]byte("HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n"))
+			_ = t.write([]byte("HTTP/1.1 431 Request Header Fields Too Large\r\nConnection: close\r\n\r\n"))
 			return false, errors.New("ws: upgrade request too large")
 		}
-		if len(l.req) == 0 {
+		if len(t.req) == 0 {
 			buf = append([]byte(nil), peek...)
 		}
-		l.req = buf
+		t.req = buf
 		if _, err := src.Next(avail); err != nil {
 			return false, fmt.Errorf("ws: skip request: %w", err)
 		}
@@ -228,18 +276,18 @@ func (t *tcpConn) upgradeWS(src byteSource) (bool, error) {
 	}
 	end += 4
 	req := buf[:end]
-	if len(l.req) == 0 {
+	if len(t.req) == 0 {
 		req = append([]byte(nil), req...)
 	}
-	if _, err := src.Next(end - len(l.req)); err != nil {
+	if _, err := src.Next(end - len(t.req)); err != nil {
 		return false, fmt.Errorf("ws: skip request: %w", err)
 	}
-	l.req = nil
-	if _, err := t.s.wsPolicy.upgrader(t).Upgrade(requestWriter{Reader: bytes.NewReader(req), t: t}); err != nil {
+	t.req = nil
+	if _, err := t.l.ws.upgrader(t).Upgrade(requestWriter{Reader: bytes.NewReader(req), t: t}); err != nil {
 		return false, fmt.Errorf("ws: upgrade: %w", err)
 	}
-	l.upgraded.Store(true)
-	l.timer.stop()
+	t.upgraded.Store(true)
+	t.timer.stop()
 	return true, nil
 }
 
@@ -264,7 +312,7 @@ func wsHeaderLen(b []byte) int {
 
 // parseWSHeader parses the complete header at the start of b and checks
 // the limits that must hold before any payload is read.
-func (t *tcpConn) parseWSHeader(b []byte) (ws.Header, int, error) {
+func (t *wsTransport) parseWSHeader(b []byte) (ws.Header, int, error) {
 	hl := wsHeaderLen(b)
 	h, err := ws.ReadHeader(bytes.NewReader(b[:hl]))
 	if err != nil {
@@ -281,7 +329,7 @@ func (t *tcpConn) parseWSHeader(b []byte) (ws.Header, int, error) {
 		return h, 0, &wsCloseError{ws.StatusUnsupportedData, "text messages are not accepted"}
 	case h.OpCode.IsReserved():
 		return h, 0, &wsCloseError{ws.StatusProtocolError, "reserved opcode"}
-	case h.Length > int64(t.frameLimit()) || (!h.OpCode.IsControl() && int64(len(t.ws.msg))+h.Length > int64(t.frameLimit())):
+	case h.Length > int64(t.frameLimit()) || (!h.OpCode.IsControl() && int64(len(t.msg))+h.Length > int64(t.frameLimit())):
 		return h, 0, &wsCloseError{ws.StatusMessageTooBig, "message over the frame size limit"}
 	}
 	return h, hl, nil
@@ -291,14 +339,13 @@ func (t *tcpConn) parseWSHeader(b []byte) (ws.Header, int, error) {
 // partial one. It returns nil when r is empty, errDecodeStopped when the
 // session stopped, a *wsCloseError for a protocol violation, or a read
 // error.
-func (t *tcpConn) feedWS(ctx context.Context, r byteSource) error {
-	l := t.ws
+func (t *wsTransport) feedWS(ctx context.Context, r byteSource) error {
 	for {
 		n := r.Len()
 		if n == 0 {
 			return nil
 		}
-		if len(l.pending) == 0 {
+		if len(t.pending) == 0 {
 			peek, err := r.Peek(min(n, wsMaxHeader))
 			if err != nil {
 				return fmt.Errorf("ws: peek header: %w", err)
@@ -328,51 +375,49 @@ func (t *tcpConn) feedWS(ctx context.Context, r byteSource) error {
 
 // assembleWS moves bytes of a partial frame into the connection's buffer,
 // never past the frame's end, and handles the frame once complete.
-func (t *tcpConn) assembleWS(ctx context.Context, r byteSource) error {
-	l := t.ws
-	hl := wsHeaderLen(l.pending)
-	if hl == 0 || len(l.pending) < hl {
-		need := 2 - len(l.pending)
+func (t *wsTransport) assembleWS(ctx context.Context, r byteSource) error {
+	hl := wsHeaderLen(t.pending)
+	if hl == 0 || len(t.pending) < hl {
+		need := 2 - len(t.pending)
 		if hl > 0 {
-			need = hl - len(l.pending)
+			need = hl - len(t.pending)
 		}
 		b, err := r.Next(min(need, r.Len()))
 		if err != nil {
 			return fmt.Errorf("ws: read header: %w", err)
 		}
-		l.pending = append(l.pending, b...)
+		t.pending = append(t.pending, b...)
 		return nil
 	}
-	h, hl, err := t.parseWSHeader(l.pending)
+	h, hl, err := t.parseWSHeader(t.pending)
 	if err != nil {
 		return err
 	}
 	total := hl + int(h.Length)
-	if need := total - len(l.pending); need > 0 {
-		if cap(l.pending) < total {
-			grown := make([]byte, len(l.pending), total)
-			copy(grown, l.pending)
-			l.pending = grown
+	if need := total - len(t.pending); need > 0 {
+		if cap(t.pending) < total {
+			grown := make([]byte, len(t.pending), total)
+			copy(grown, t.pending)
+			t.pending = grown
 		}
 		b, err := r.Next(min(need, r.Len()))
 		if err != nil {
 			return fmt.Errorf("ws: read payload: %w", err)
 		}
-		l.pending = append(l.pending, b...)
+		t.pending = append(t.pending, b...)
 	}
-	if len(l.pending) < total {
+	if len(t.pending) < total {
 		return nil
 	}
-	payload := l.pending[hl:total]
+	payload := t.pending[hl:total]
 	// The payload may now be owned by a forwarded request; never reuse it.
-	l.pending = nil
+	t.pending = nil
 	return t.wsFrame(ctx, h, payload, false)
 }
 
 // wsFrame handles one complete, checked client frame. aliased says payload
 // points into a buffer that is reused once OnRequest returns.
-func (t *tcpConn) wsFrame(ctx context.Context, h ws.Header, payload []byte, aliased bool) error {
-	l := t.ws
+func (t *wsTransport) wsFrame(ctx context.Context, h ws.Header, payload []byte, aliased bool) error {
 	ws.Cipher(payload, h.Mask, 0)
 	switch h.OpCode {
 	case ws.OpPing:
@@ -387,24 +432,24 @@ func (t *tcpConn) wsFrame(ctx context.Context, h ws.Header, payload []byte, alia
 		_ = t.writeControl(ws.NewCloseFrame(ws.NewCloseFrameBody(code, "")))
 		return &wsCloseError{code: 0, reason: "client closed"}
 	case ws.OpBinary:
-		if l.inMsg {
+		if t.inMsg {
 			return &wsCloseError{ws.StatusProtocolError, "new message inside a fragmented one"}
 		}
 		if !h.Fin {
-			l.inMsg, l.msg = true, append([]byte(nil), payload...)
+			t.inMsg, t.msg = true, append([]byte(nil), payload...)
 			return nil
 		}
 		return t.wsMessage(ctx, payload, aliased)
 	case ws.OpContinuation:
-		if !l.inMsg {
+		if !t.inMsg {
 			return &wsCloseError{ws.StatusProtocolError, "continuation without a message"}
 		}
-		l.msg = append(l.msg, payload...)
+		t.msg = append(t.msg, payload...)
 		if !h.Fin {
 			return nil
 		}
-		msg := l.msg
-		l.inMsg, l.msg = false, nil
+		msg := t.msg
+		t.inMsg, t.msg = false, nil
 		return t.wsMessage(ctx, msg, false)
 	}
 	return &wsCloseError{ws.StatusProtocolError, "unexpected opcode"}
@@ -412,7 +457,7 @@ func (t *tcpConn) wsFrame(ctx context.Context, h ws.Header, payload []byte, alia
 
 // wsMessage hands a binary message, which must be exactly one Spark frame,
 // to the session.
-func (t *tcpConn) wsMessage(ctx context.Context, msg []byte, aliased bool) error {
+func (t *wsTransport) wsMessage(ctx context.Context, msg []byte, aliased bool) error {
 	fh, body, n, err := frame.Decode(msg, t.frameLimit())
 	switch {
 	case errors.Is(err, frame.ErrTooLarge):
@@ -431,16 +476,15 @@ func (t *tcpConn) wsMessage(ctx context.Context, msg []byte, aliased bool) error
 // flusher: a flusher stuck on a client that does not read would hold the
 // connection's handler for the whole write timeout. The flusher writes
 // what was queued meanwhile when its write ends (unlockWrite).
-func (t *tcpConn) writeControl(f ws.Frame) error {
+func (t *wsTransport) writeControl(f ws.Frame) error {
 	b, err := ws.CompileFrame(f)
 	if err != nil {
 		return fmt.Errorf("ws: compile control frame: %w", err)
 	}
-	l := t.ws
-	l.cmu.Lock()
-	l.ctrl = append(l.ctrl, b...)
-	l.cmu.Unlock()
-	if !l.wmu.TryLock() {
+	t.cmu.Lock()
+	t.ctrl = append(t.ctrl, b...)
+	t.cmu.Unlock()
+	if !t.wmu.TryLock() {
 		return nil
 	}
 	err = t.writeQueuedControl()
@@ -452,23 +496,22 @@ func (t *tcpConn) writeControl(f ws.Frame) error {
 // The frames leave the queue only once written, so awaitControl does not
 // let the socket close under a close frame still being written. Frames
 // queued meanwhile are appended past b, which therefore stays intact.
-func (t *tcpConn) writeQueuedControl() error {
-	l := t.ws
-	l.cmu.Lock()
-	b := l.ctrl
-	l.cmu.Unlock()
+func (t *wsTransport) writeQueuedControl() error {
+	t.cmu.Lock()
+	b := t.ctrl
+	t.cmu.Unlock()
 	if len(b) == 0 {
 		return nil
 	}
-	err := t.writeRaw(b)
+	err := t.write(b)
 	// Dropped even on error: a socket that failed once is closing, and
 	// unlockWrite would otherwise retry the same bytes for ever.
-	l.cmu.Lock()
-	l.ctrl = l.ctrl[len(b):]
-	if len(l.ctrl) == 0 {
-		l.ctrl = nil
+	t.cmu.Lock()
+	t.ctrl = t.ctrl[len(b):]
+	if len(t.ctrl) == 0 {
+		t.ctrl = nil
 	}
-	l.cmu.Unlock()
+	t.cmu.Unlock()
 	if err != nil {
 		return fmt.Errorf("ws: write control frame: %w", err)
 	}
@@ -478,14 +521,13 @@ func (t *tcpConn) writeQueuedControl() error {
 // unlockWrite releases wmu, then writes control frames the event loop
 // queued after the holder's last look, unless someone else took the lock
 // (and with it the duty).
-func (t *tcpConn) unlockWrite() {
-	l := t.ws
+func (t *wsTransport) unlockWrite() {
 	for {
-		l.wmu.Unlock()
-		l.cmu.Lock()
-		empty := len(l.ctrl) == 0
-		l.cmu.Unlock()
-		if empty || !l.wmu.TryLock() {
+		t.wmu.Unlock()
+		t.cmu.Lock()
+		empty := len(t.ctrl) == 0
+		t.cmu.Unlock()
+		if empty || !t.wmu.TryLock() {
 			return
 		}
 		_ = t.writeQueuedControl()
@@ -496,13 +538,12 @@ func (t *tcpConn) unlockWrite() {
 // written, so a close frame goes out before the socket closes. A flusher
 // that cannot finish within the bound is writing to a client that does
 // not read; that client gets the bare TCP close.
-func (t *tcpConn) awaitControl(bound time.Duration) {
+func (t *wsTransport) awaitControl(bound time.Duration) {
 	const step = 500 * time.Microsecond
-	l := t.ws
 	for waited := time.Duration(0); waited < bound; waited += step {
-		l.cmu.Lock()
-		empty := len(l.ctrl) == 0
-		l.cmu.Unlock()
+		t.cmu.Lock()
+		empty := len(t.ctrl) == 0
+		t.cmu.Unlock()
 		if empty {
 			return
 		}
@@ -510,38 +551,56 @@ func (t *tcpConn) awaitControl(bound time.Duration) {
 	}
 }
 
-// writeWS sends each Spark frame in b as one binary message, all in one
-// socket write.
-func (t *tcpConn) writeWS(b []byte) error {
-	var out bytes.Buffer
-	out.Grow(len(b) + 10)
-	for len(b) > 0 {
-		h, err := frame.ParseHeader(b, math.MaxInt32)
-		if err != nil {
-			return fmt.Errorf("ws: outgoing frame: %w", err)
-		}
-		n := frame.HeaderSize + int(h.BodyLength)
-		if err := ws.WriteHeader(&out, ws.Header{Fin: true, OpCode: ws.OpBinary, Length: int64(n)}); err != nil {
-			return fmt.Errorf("ws: header: %w", err)
-		}
-		out.Write(b[:n])
-		b = b[n:]
+// WriteFrames implements Transport: each Spark frame of b goes as one
+// binary message, all of them in one socket write.
+func (t *wsTransport) WriteFrames(b *frameBatch) error {
+	op := wsOutBufs.Get().(*[]byte)
+	out := (*op)[:0]
+	for i := range b.len() {
+		f := b.frame(i)
+		out = appendBinaryHeader(out, len(f))
+		out = append(out, f...)
 	}
-	t.ws.wmu.Lock()
-	defer t.unlockWrite()
-	if err := t.writeRaw(out.Bytes()); err != nil {
-		return fmt.Errorf("ws: write: %w", err)
+	t.wmu.Lock()
+	err := t.write(out)
+	if err == nil {
+		err = t.writeQueuedControl()
+	} else {
+		err = fmt.Errorf("ws: write: %w", err)
 	}
-	return t.writeQueuedControl()
+	t.unlockWrite()
+	if cap(out) <= maxPooledBuf {
+		*op = out[:0]
+		wsOutBufs.Put(op)
+	}
+	return err
+}
+
+// wsOutBufs recycles the buffers messages are framed in, so an idle
+// connection holds none.
+var wsOutBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// appendBinaryHeader appends the header of a server's (unmasked) final
+// binary frame of n payload bytes (RFC 6455 5.2).
+func appendBinaryHeader(dst []byte, n int) []byte {
+	const finBinary = 0x80 | byte(ws.OpBinary)
+	switch {
+	case n < 126:
+		return append(dst, finBinary, byte(n))
+	case n <= 0xffff:
+		return append(dst, finBinary, 126, byte(n>>8), byte(n))
+	default:
+		return binary.BigEndian.AppendUint64(append(dst, finBinary, 127), uint64(n))
+	}
 }
 
 // closeWS ends a connection that broke the WebSocket rules: a close frame
 // with the reason's code first (code 0: the client's close was already
 // answered), then the socket.
-func (t *tcpConn) closeWS(e *wsCloseError) {
+func (t *wsTransport) closeWS(e *wsCloseError) {
 	if e.code != 0 {
 		_ = t.writeControl(ws.NewCloseFrame(ws.NewCloseFrameBody(e.code, e.reason)))
-		t.s.log.Debug("ws protocol error, closing", zap.Uint64("conn_id", t.c.id), zap.String("real_ip", t.realIP),
+		t.l.log.Debug("ws protocol error, closing", zap.Uint64("conn_id", t.c.id), zap.String("real_ip", t.realIP),
 			zap.Int("code", int(e.code)), zap.String("reason", e.reason))
 	}
 	t.awaitControl(wsCloseWait)

@@ -14,10 +14,10 @@ import (
 
 // queuedControl is the number of control-frame bytes waiting for the
 // holder of the write lock.
-func queuedControl(tc *tcpConn) int {
-	tc.ws.cmu.Lock()
-	defer tc.ws.cmu.Unlock()
-	return len(tc.ws.ctrl)
+func queuedControl(tc *wsTransport) int {
+	tc.cmu.Lock()
+	defer tc.cmu.Unlock()
+	return len(tc.ctrl)
 }
 
 // returnsWhileLocked runs f, which must return while the test holds the
@@ -47,7 +47,7 @@ func TestWSControlFrameQueuedBehindTheWriteLockIsWrittenAtUnlock(t *testing.T) {
 		name string
 		// queue queues the frames while the test holds the write lock and
 		// must not wait for it.
-		queue func(t *testing.T, tc *tcpConn, wc *wsNetConn)
+		queue func(t *testing.T, tc *wsTransport, wc *wsNetConn)
 		want  []ws.Frame
 		// closeAfter closes the connection as soon as awaitControl
 		// returns, as closeWS does.
@@ -55,7 +55,7 @@ func TestWSControlFrameQueuedBehindTheWriteLockIsWrittenAtUnlock(t *testing.T) {
 	}{
 		{
 			name: "pongs for client pings, queued by the event loop",
-			queue: func(t *testing.T, tc *tcpConn, wc *wsNetConn) {
+			queue: func(t *testing.T, tc *wsTransport, wc *wsNetConn) {
 				// Two pings: the event loop handles the second only after
 				// writeControl returned for the first, so two queued
 				// pongs show the loop was not held by the lock.
@@ -69,7 +69,7 @@ func TestWSControlFrameQueuedBehindTheWriteLockIsWrittenAtUnlock(t *testing.T) {
 		},
 		{
 			name: "pong queued by writeControl",
-			queue: func(t *testing.T, tc *tcpConn, _ *wsNetConn) {
+			queue: func(t *testing.T, tc *wsTransport, _ *wsNetConn) {
 				returnsWhileLocked(t, "writeControl(pong)", func() error {
 					return tc.writeControl(ws.NewPongFrame([]byte("direct")))
 				})
@@ -78,7 +78,7 @@ func TestWSControlFrameQueuedBehindTheWriteLockIsWrittenAtUnlock(t *testing.T) {
 		},
 		{
 			name: "close queued by writeControl, then the socket closes",
-			queue: func(t *testing.T, tc *tcpConn, _ *wsNetConn) {
+			queue: func(t *testing.T, tc *wsTransport, _ *wsNetConn) {
 				returnsWhileLocked(t, "writeControl(close)", func() error {
 					return tc.writeControl(ws.NewCloseFrame(ws.NewCloseFrameBody(ws.StatusGoingAway, "bye")))
 				})
@@ -96,8 +96,8 @@ func TestWSControlFrameQueuedBehindTheWriteLockIsWrittenAtUnlock(t *testing.T) {
 			if sc == nil {
 				t.Fatalf("no session for %s", dev)
 			}
-			conn, ok := sc.tr.(*tcpConn)
-			if !ok || conn.ws == nil {
+			conn, ok := sc.tr.(*wsTransport)
+			if !ok {
 				t.Fatalf("transport %T is not a WebSocket connection", sc.tr)
 			}
 			want := 0
@@ -110,7 +110,7 @@ func TestWSControlFrameQueuedBehindTheWriteLockIsWrittenAtUnlock(t *testing.T) {
 			}
 
 			// Hold the lock as the flusher does during a write.
-			conn.ws.wmu.Lock()
+			conn.wmu.Lock()
 			locked := true
 			defer func() {
 				if locked {

@@ -2,11 +2,13 @@ package server
 
 import (
 	"testing"
+	"time"
 
 	"github.com/gobwas/ws"
 
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/frame"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
 // FuzzParseWSHeader feeds arbitrary bytes to the WebSocket frame header
@@ -25,7 +27,11 @@ func FuzzParseWSHeader(f *testing.F) {
 	} {
 		f.Add(seed)
 	}
-	t := &tcpConn{s: &Server{cfg: config.Gate{MaxFrameSize: frame.DefaultMaxFrameSize}}, ws: &wsLayer{}}
+	// An authenticated session's limit, the larger one.
+	s := &Server{cfg: config.Gate{MaxFrameSize: frame.DefaultMaxFrameSize}}
+	c := newConn(1, newNopSocket(), "", time.Now())
+	c.bind(&logicv1.Session{UserId: 1, DeviceId: "fuzz"})
+	t := &wsTransport{socket: socket{l: &listener{sessions: s}, c: c}}
 	f.Fuzz(func(tt *testing.T, b []byte) {
 		hl := wsHeaderLen(b)
 		if hl == 0 || hl > len(b) {
