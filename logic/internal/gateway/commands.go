@@ -149,12 +149,9 @@ func (h *Handler) authenticate(c *call) ([]byte, error) {
 	}
 	bind, reply, err := h.Auth.Auth(c.ctx, auth.Conn{GateID: c.gateID, ConnID: c.req.ConnId, RealIP: c.req.RealIp}, areq)
 	if err != nil {
-		switch code, _ := errcode.Of(err); code {
-		case errcode.BadToken:
-			c.resp.Close = true
+		c.resp.Close = closesAfterAuth(err)
+		if code, _ := errcode.Of(err); code == errcode.BadToken {
 			h.Limits.AuthFailed(c.ctx, c.req.RealIp)
-		case errcode.RateLimited:
-			c.resp.Close = true
 		}
 		return nil, err
 	}

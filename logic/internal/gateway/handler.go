@@ -2,8 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -131,24 +129,12 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 	return resp
 }
 
-// decode reads a request body into its typed request: this handler is the
-// client protocol's adapter, and the domain services never see JSON. A
-// malformed body is 40001 with msg.
-func decode(body []byte, v any, msg string) error {
-	if err := json.Unmarshal(body, v); err != nil {
-		return errcode.Wrap(errcode.InvalidArgument, msg, err)
-	}
-	return nil
-}
-
 // finish writes the envelope into resp, counts and logs the request.
 func (h *Handler) finish(req *logicv1.Request, gateID string, resp *logicv1.Response, data []byte, err error, start time.Time) {
 	rid := h.reqIDs.Next()
 	code := errcode.OK
 	if err != nil {
-		var msg string
-		code, msg = errcode.Of(err)
-		resp.Body = envelope.FailRetry(rid, code, msg, errcode.RetryAfterOf(err))
+		code, resp.Body = failure(rid, err)
 		resp.Command = req.Command
 		resp.Bind = nil
 	} else {
@@ -190,16 +176,6 @@ func (h *Handler) finish(req *logicv1.Request, gateID string, resp *logicv1.Resp
 		fields = append(fields, zap.Error(cause(err)))
 	}
 	ce.Write(fields...)
-}
-
-// cause returns the logged form of err: the *errcode.Error text (code,
-// client message and cause), which never carries content or tokens.
-func cause(err error) error {
-	var e *errcode.Error
-	if errors.As(err, &e) {
-		return e
-	}
-	return err
 }
 
 func commandLabel(c uint32) string {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/gatepush"
 	"github.com/sparkim/spark/pkg/batch"
-	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
@@ -293,9 +292,10 @@ func responseSize(r *logicv1.Response) int {
 }
 
 func (s *Server) busy(req *logicv1.Request) *logicv1.Response {
+	_, body := failure(s.h.reqIDs.Next(), errcode.New(errcode.Busy, ""))
 	return &logicv1.Response{
 		ConnId: req.ConnId, Command: req.Command, RequestId: req.RequestId, SequenceId: req.SequenceId,
-		Body: envelope.Fail(s.h.reqIDs.Next(), errcode.Busy, ""),
+		Body: body,
 	}
 }
 
