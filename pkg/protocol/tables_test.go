@@ -14,6 +14,7 @@ import (
 	"unicode"
 
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/frame"
 )
 
 // The client contract is written down three times: the Go constants
@@ -214,40 +215,103 @@ func tsTable(t *testing.T, src, name string) table {
 	return out
 }
 
-// docTable reads the markdown table after `<!-- table:name -->` in
-// docs/protocol.md: its first column is the value (backquotes removed),
-// column nameCol the name (-1: none).
-func docTable(t *testing.T, doc, name string, nameCol int) table {
+// docRows returns the cells of the markdown table after
+// `<!-- table:name -->` in docs/protocol.md, header and separator left out.
+func docRows(t *testing.T, doc, name string) [][]string {
 	t.Helper()
 	marker := "<!-- table:" + name + " -->"
 	i := strings.Index(doc, marker)
 	if i < 0 {
 		t.Fatalf("%s: no %s", docFile, marker)
 	}
-	out := table{}
-	rows := 0
+	var rows [][]string
+	n := 0
 	for _, line := range strings.Split(doc[i+len(marker):], "\n")[1:] {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "|") {
 			break
 		}
-		rows++
-		if rows <= 2 { // the header and the separator
+		n++
+		if n <= 2 { // the header and the separator
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
-		v := strings.Trim(strings.TrimSpace(cells[0]), "`")
-		n := ""
-		if nameCol >= 0 && nameCol < len(cells) {
-			n = strings.TrimSpace(cells[nameCol])
+		for j := range cells {
+			cells[j] = strings.Trim(strings.TrimSpace(cells[j]), "`")
 		}
-		if prev, dup := out[v]; dup {
-			t.Fatalf("%s table %s: %s and %s share the value %s", docFile, name, prev, n, v)
-		}
-		out[v] = n
+		rows = append(rows, cells)
 	}
-	if len(out) == 0 {
+	if len(rows) == 0 {
 		t.Fatalf("%s: the table after %s is empty", docFile, marker)
 	}
+	return rows
+}
+
+// docTable reads a table of docs/protocol.md as value (its first column)
+// → name (column nameCol; -1: none).
+func docTable(t *testing.T, doc, name string, nameCol int) table {
+	t.Helper()
+	out := table{}
+	for _, cells := range docRows(t, doc, name) {
+		n := ""
+		if nameCol >= 0 && nameCol < len(cells) {
+			n = cells[nameCol]
+		}
+		if prev, dup := out[cells[0]]; dup {
+			t.Fatalf("%s table %s: %s and %s share the value %s", docFile, name, prev, n, cells[0])
+		}
+		out[cells[0]] = n
+	}
 	return out
+}
+
+// TestHeaderTableMatchesCodec checks docs/protocol.md's header layout
+// against the codec: each field's documented offset and size, read
+// big-endian from a header frame.PutHeader wrote, give back its value.
+func TestHeaderTableMatchesCodec(t *testing.T) {
+	h := frame.Header{Command: 0x0102, Flags: 0x0304, RequestID: 0x05060708090a0b0c, SequenceID: 0x0d0e0f10, BodyLength: 0x11121314}
+	var b [frame.HeaderSize]byte
+	frame.PutHeader(b[:], h)
+	want := map[string]uint64{
+		"Magic": uint64(frame.Magic), "Version": uint64(frame.Version), "Command": uint64(h.Command),
+		"Flags": uint64(h.Flags), "RequestID": h.RequestID, "SequenceID": uint64(h.SequenceID), "BodyLength": uint64(h.BodyLength),
+	}
+	seen := map[string]bool{}
+	for _, cells := range docRows(t, readFile(t, docFile), "header") {
+		if len(cells) < 3 {
+			t.Fatalf("header table row %q: want offset | size | field", cells)
+		}
+		field := cells[2]
+		off, err := strconv.Atoi(cells[0])
+		if err != nil {
+			t.Fatalf("header table: offset %q of %s", cells[0], field)
+		}
+		if field == "Body" {
+			if off != frame.HeaderSize {
+				t.Errorf("header table: Body at %d, the header is %d bytes", off, frame.HeaderSize)
+			}
+			continue
+		}
+		size, err := strconv.Atoi(cells[1])
+		if err != nil || off+size > frame.HeaderSize {
+			t.Fatalf("header table: %s at %q size %q does not fit the header", field, cells[0], cells[1])
+		}
+		var got uint64
+		for _, c := range b[off : off+size] {
+			got = got<<8 | uint64(c)
+		}
+		w, ok := want[field]
+		switch {
+		case !ok:
+			t.Errorf("header table: unknown field %s", field)
+		case got != w:
+			t.Errorf("header table: %s at offset %d size %d reads %#x, the codec wrote %#x", field, off, size, got, w)
+		}
+		seen[field] = true
+	}
+	for f := range want {
+		if !seen[f] {
+			t.Errorf("header table: no row for %s", f)
+		}
+	}
 }
