@@ -12,6 +12,7 @@ replace (
 require (
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/redis/go-redis/v9 v9.23.0
+	github.com/sparkim/spark/client v0.0.0
 	github.com/sparkim/spark/pkg v0.0.0
 	github.com/sparkim/spark/proto v0.0.0
 	golang.org/x/sys v0.48.0

@@ -3,6 +3,7 @@ module github.com/sparkim/spark/client
 go 1.26.0
 
 require (
+	github.com/gobwas/ws v1.5.0
 	github.com/sparkim/spark/pkg v0.0.0
 	github.com/sparkim/spark/proto v0.0.0
 	google.golang.org/grpc v1.85.0
@@ -11,6 +12,7 @@ require (
 require (
 	github.com/fsnotify/fsnotify v1.9.0 // indirect
 	github.com/go-viper/mapstructure/v2 v2.5.0 // indirect
+	github.com/gobwas/httphead v0.1.0 // indirect
 	github.com/golang-jwt/jwt/v5 v5.3.1 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
 	github.com/sagikazarmark/locafero v0.11.0 // indirect

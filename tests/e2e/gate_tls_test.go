@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobwas/ws"
-
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/tests/framework"
 )
@@ -75,9 +73,7 @@ func TestGateTLS(t *testing.T) {
 
 	// WebSocket inside TLS, as browsers on https pages must use it.
 	dave, err := client.Dial(ctx, c.Gates[1].WSSAddr, client.Options{
-		Dial: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			return dialWS(ctx, ws.Dialer{TLSConfig: ca.ClientConfig()}, "wss://"+addr+"/ws")
-		},
+		Dial: client.WSDialer{TLS: ca.ClientConfig()}.DialContext,
 	})
 	if err != nil {
 		t.Fatalf("wss dial: %v", err)

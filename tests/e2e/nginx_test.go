@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobwas/ws"
-
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/tests/framework"
 )
@@ -85,23 +83,24 @@ func startNginxFront(t *testing.T) *nginxFront {
 // loopback address local, sending header, and returns the WebSocket as a
 // byte stream for the client library and Nginx's certificate serial.
 func (f *nginxFront) dialWSS(ctx context.Context, local string, header http.Header) (net.Conn, int64, error) {
-	d := ws.Dialer{
+	d := client.WSDialer{
 		NetDial: func(ctx context.Context, network, _ string) (net.Conn, error) {
 			nd := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}}
 			return nd.DialContext(ctx, network, f.addr)
 		},
-		TLSConfig: &tls.Config{RootCAs: f.ca.Pool, ServerName: nginxWSName, MinVersion: tls.VersionTLS12},
-		Header:    ws.HandshakeHeaderHTTP(header),
+		TLS:    &tls.Config{RootCAs: f.ca.Pool, ServerName: nginxWSName, MinVersion: tls.VersionTLS12},
+		Header: header,
 	}
 	_, port, _ := net.SplitHostPort(f.addr)
-	s, err := dialWS(ctx, d, "wss://"+nginxWSName+":"+port+"/ws")
+	s, err := d.DialURL(ctx, "wss://"+nginxWSName+":"+port+"/ws")
 	if err != nil {
 		return nil, 0, err
 	}
-	tc, ok := s.Conn.(*tls.Conn)
+	under := s.(interface{ NetConn() net.Conn }).NetConn()
+	tc, ok := under.(*tls.Conn)
 	if !ok {
 		_ = s.Close()
-		return nil, 0, fmt.Errorf("wss dial returned a %T", s.Conn)
+		return nil, 0, fmt.Errorf("wss dial returned a %T", under)
 	}
 	return s, tc.ConnectionState().PeerCertificates[0].SerialNumber.Int64(), nil
 }

@@ -58,7 +58,6 @@ type Conn struct {
 	partial []byte // bytes of an incomplete frame, loop goroutine only
 
 	nc net.Conn // a DialCarrier connection, read by its own goroutine
-	ws bool     // nc carries one frame per WebSocket binary message
 	e  *Engine
 
 	wmu     sync.Mutex

@@ -4,19 +4,15 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
-	"net/url"
 	"syscall"
-	"time"
 
-	"github.com/gobwas/ws"
-	"github.com/gobwas/ws/wsutil"
 	"golang.org/x/sys/unix"
 
+	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/frame"
 )
 
@@ -62,53 +58,38 @@ func (e *Engine) DialCarrier(ctx context.Context, local netip.Addr, remote netip
 	if local.IsValid() {
 		d.LocalAddr = &net.TCPAddr{IP: local.AsSlice()}
 	}
-	nc, err := d.DialContext(ctx, "tcp4", remote.String())
-	if err != nil {
-		return nil, fmt.Errorf("wire: connect %s: %w", remote, err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			_ = nc.Close()
+	var nc net.Conn
+	if carrier.WSPath != "" {
+		// The client library's WebSocket carrier: TLS inside when set,
+		// one frame per binary message, pings answered.
+		wd := client.WSDialer{Path: carrier.WSPath, TLS: carrier.TLS, NetDial: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp4", addr)
+		}}
+		wc, err := wd.DialContext(ctx, "tcp4", remote.String())
+		if err != nil {
+			return nil, fmt.Errorf("wire: %w", err)
 		}
-	}()
-	if carrier.TLS != nil {
-		tc := tls.Client(nc, carrier.TLS)
-		if err := tc.HandshakeContext(ctx); err != nil {
+		nc = wc
+	} else {
+		tc, err := d.DialContext(ctx, "tcp4", remote.String())
+		if err != nil {
+			return nil, fmt.Errorf("wire: connect %s: %w", remote, err)
+		}
+		tlc := tls.Client(tc, carrier.TLS)
+		if err := tlc.HandshakeContext(ctx); err != nil {
+			_ = tc.Close()
 			return nil, fmt.Errorf("wire: TLS handshake with %s: %w", remote, err)
 		}
-		nc = tc
+		nc = tlc
 	}
-	var rd io.Reader = nc
-	if carrier.WSPath != "" {
-		scheme := "ws"
-		if carrier.TLS != nil {
-			scheme = "wss"
-		}
-		u := &url.URL{Scheme: scheme, Host: remote.String(), Path: carrier.WSPath}
-		if dl, has := ctx.Deadline(); has {
-			_ = nc.SetDeadline(dl)
-		}
-		br, _, err := ws.Dialer{}.Upgrade(nc, u)
-		if err != nil {
-			return nil, fmt.Errorf("wire: WebSocket upgrade %s: %w", u, err)
-		}
-		_ = nc.SetDeadline(noDeadline)
-		if br != nil {
-			// Bytes the gate wrote right after its answer were read along
-			// with it; they come first.
-			rd = io.MultiReader(br, nc)
-		}
-	}
-	c := &Conn{fd: -1, h: h, nc: nc, ws: carrier.WSPath != "", e: e}
+	c := &Conn{fd: -1, h: h, nc: nc, e: e}
 	e.mu.Lock()
 	if e.streams == nil {
 		e.streams = map[*Conn]struct{}{}
 	}
 	e.streams[c] = struct{}{}
 	e.mu.Unlock()
-	ok = true
-	go c.readStream(rd)
+	go c.readStream(nc)
 	return c, nil
 }
 
@@ -127,72 +108,19 @@ func bindNoPort(_, _ string, rc syscall.RawConn) error {
 }
 
 // writeStream writes b (one or more whole frames) to a goroutine
-// connection; the caller holds wmu. Over WebSocket each frame is its own
-// binary message, as the gate requires.
+// connection; the caller holds wmu. Over WebSocket the carrier sends each
+// frame as its own binary message, as the gate requires.
 func (c *Conn) writeStream(b []byte) error {
-	if !c.ws {
-		if _, err := c.nc.Write(b); err != nil {
-			return fmt.Errorf("wire: write: %w", err)
-		}
-		return nil
-	}
-	for len(b) > 0 {
-		_, _, n, err := frame.Decode(b, 0)
-		if err != nil || n == 0 {
-			return fmt.Errorf("wire: write: not whole frames (%d bytes left): %w", len(b), errors.Join(err, errPartialFrame))
-		}
-		if err := wsutil.WriteClientBinary(c.nc, b[:n]); err != nil {
-			return fmt.Errorf("wire: write: %w", err)
-		}
-		b = b[n:]
+	if _, err := c.nc.Write(b); err != nil {
+		return fmt.Errorf("wire: write: %w", err)
 	}
 	return nil
 }
 
-var errPartialFrame = errors.New("partial frame")
-
-// lockedWriter lets the WebSocket reader answer pings and echo a close
-// under the connection's write lock, between whole frames of Write.
-type lockedWriter struct{ c *Conn }
-
-func (w lockedWriter) Write(p []byte) (int, error) {
-	w.c.wmu.Lock()
-	defer w.c.wmu.Unlock()
-	if w.c.closed {
-		return 0, ErrClosed
-	}
-	return w.c.nc.Write(p)
-}
-
 // readStream is the goroutine of a TLS or WebSocket connection: it decodes
 // frames as readOnce does and ends the connection on the first error.
+// A WebSocket's messages arrive as the bytes of their frames.
 func (c *Conn) readStream(rd io.Reader) {
-	if c.ws {
-		rw := struct {
-			io.Reader
-			io.Writer
-		}{rd, lockedWriter{c}}
-		for {
-			msg, op, err := wsutil.ReadServerData(rw)
-			if err != nil {
-				c.closeWith(fmt.Errorf("wire: read: %w", err), true)
-				return
-			}
-			if op != ws.OpBinary {
-				c.closeWith(fmt.Errorf("wire: WebSocket message with opcode %v", op), true)
-				return
-			}
-			h, body, n, err := frame.Decode(msg, 0)
-			if err == nil && n != len(msg) {
-				err = fmt.Errorf("message of %d bytes is not one frame", len(msg))
-			}
-			if err != nil {
-				c.closeWith(fmt.Errorf("wire: %w", err), true)
-				return
-			}
-			c.h.OnFrame(c, h, body)
-		}
-	}
 	br := bufio.NewReaderSize(rd, 4096)
 	var hdr [frame.HeaderSize]byte
 	for {
@@ -213,6 +141,3 @@ func (c *Conn) readStream(rd io.Reader) {
 		c.h.OnFrame(c, h, body)
 	}
 }
-
-// noDeadline clears a deadline set for a handshake.
-var noDeadline time.Time
