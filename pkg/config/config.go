@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"reflect"
 	"strings"
 	"time"
 
@@ -137,6 +138,13 @@ type Gate struct {
 	// once. Shutdown takes at most this plus the drain timeout plus a few
 	// seconds to stop the streams (docs/decisions.md 70).
 	ShutdownKickWindow time.Duration `mapstructure:"shutdown_kick_window"`
+	// DrainTimeout bounds how long a connection's requests in flight may
+	// take to be answered at shutdown before its KICK.
+	DrainTimeout time.Duration `mapstructure:"drain_timeout"`
+	// SweepInterval is how often the AUTH and idle deadlines are checked
+	// (one pass over the connection table rather than a timer each), so
+	// a deadline is enforced up to this late.
+	SweepInterval time.Duration `mapstructure:"sweep_interval"`
 	// ProxyProtocol makes every client connection start with a PROXY
 	// protocol v1 or v2 header from an L4 balancer, naming the client's
 	// real address. Only peers in ProxyTrustedCIDRs (CIDRs or bare
@@ -257,8 +265,13 @@ type Logic struct {
 	GroupMaxMembers int `mapstructure:"group_max_members"`
 	// MaxFrameSize is the frame limit of the gates and clients
 	// (gate.max_frame_size): a message is accepted only if its MESSAGE
-	// push fits, and sync pages stop before it. Keep the two equal.
+	// push fits, and sync pages stop before it. The two must be equal
+	// (Validate refuses otherwise).
 	MaxFrameSize int `mapstructure:"max_frame_size"`
+	// RequestTimeout bounds logic's handling of one client request; it
+	// must be below gate.request_timeout, so logic answers before the
+	// gate gives up and answers 50301 itself.
+	RequestTimeout time.Duration `mapstructure:"request_timeout"`
 	// P2PPolicy is who may send one-to-one messages to whom: P2POpen
 	// (anyone not blocked either way) or P2PFriendsOnly. Blocks refuse
 	// under both.
@@ -327,119 +340,178 @@ type Deliver struct {
 	LogicTimeout time.Duration `mapstructure:"logic_timeout"`
 }
 
-// Defaults are the built-in values; keys absent here cannot be set from the
-// environment.
-var defaults = map[string]any{
-	"log.level":                     "info",
-	"cluster.secret":                "",
-	"queue.partitions":              16,
-	"gate.id":                       "gate-1",
-	"gate.tcp_addr":                 "127.0.0.1:8100",
-	"gate.push_addr":                "127.0.0.1:8110",
-	"gate.push_advertise":           "",
-	"gate.client_advertise":         []string{},
-	"gate.admin_addr":               "127.0.0.1:8120",
-	"gate.logic_addrs":              []string{"127.0.0.1:9000"},
-	"gate.streams_per_logic":        4,
-	"gate.max_inflight":             4096,
-	"gate.max_inflight_per_conn":    64,
-	"gate.max_frame_size":           64 << 10,
-	"gate.auth_timeout":             10 * time.Second,
-	"gate.idle_timeout":             120 * time.Second,
-	"gate.write_timeout":            5 * time.Second,
-	"gate.outbound_queue":           256,
-	"gate.shards":                   64,
-	"gate.request_timeout":          10 * time.Second,
-	"gate.shutdown_kick_window":     10 * time.Second,
-	"gate.proxy_protocol":           false,
-	"gate.proxy_trusted_cidrs":      []string{},
-	"gate.proxy_header_timeout":     3 * time.Second,
-	"gate.tls_addr":                 "127.0.0.1:8443",
-	"gate.tls_cert_file":            "",
-	"gate.tls_key_file":             "",
-	"gate.tls_reload_interval":      5 * time.Second,
-	"gate.tls_handshake_timeout":    10 * time.Second,
-	"gate.tls_max_handshakes":       512,
-	"gate.ws_addr":                  "127.0.0.1:8180",
-	"gate.ws_allowed_origins":       []string{},
-	"gate.wss_addr":                 "",
-	"gate.ws_real_ip_header":        "",
-	"gate.proxy_protocol_listeners": []string{},
-	// 5,000 is over twice what one bench source address holds on one gate
-	// in the long profile (50,000 connections over 8 addresses and 3
-	// gates), and a tenth of the 50,000 a gate is sized for.
-	"gate.max_conns_per_ip":       5000,
-	"gate.max_unauthenticated":    10000,
-	"gate.preauth_max_frame_size": 4 << 10,
-	"logic.grpc_addr":             "127.0.0.1:9000",
-	"logic.admin_addr":            "127.0.0.1:9020",
-	"logic.machine_id":            1,
-	"logic.mysql.dsn":             "root@tcp(127.0.0.1:3306)/spark_im?parseTime=true&loc=UTC",
-	"logic.mysql.max_open_conns":  64,
-	"logic.mysql.max_idle_conns":  64,
-	"logic.redis.addr":            "127.0.0.1:6379",
-	"logic.redis.addrs":           []string{},
-	"logic.redis.cluster":         false,
-	"logic.redis.password":        "",
-	"logic.redis.db":              0,
-	"logic.redis.pool_size":       64,
-	"logic.jwt_secret":            "",
-	"logic.token_ttl":             7 * 24 * time.Hour,
-	"logic.api_keys":              []string{},
-	"logic.msg_id_window":         5 * time.Minute,
-	"logic.enqueue_retries":       3,
-	// Rate limits (docs/decisions.md 67): per device a human's pace with
-	// room for a catch-up burst; per address a flood guard sized for many
-	// users behind one NAT, and above what the bench sends through each of
-	// its 8 loopback addresses at this machine's ceiling.
-	"logic.rate_limit.enabled":             true,
-	"logic.rate_limit.auth.device_rate":    1.0,
-	"logic.rate_limit.auth.device_burst":   30,
-	"logic.rate_limit.auth.ip_rate":        200.0,
-	"logic.rate_limit.auth.ip_burst":       10000,
-	"logic.rate_limit.send.device_rate":    100.0,
-	"logic.rate_limit.send.device_burst":   400,
-	"logic.rate_limit.send.ip_rate":        5000.0,
-	"logic.rate_limit.send.ip_burst":       20000,
-	"logic.rate_limit.sync.device_rate":    100.0,
-	"logic.rate_limit.sync.device_burst":   1000,
-	"logic.rate_limit.sync.ip_rate":        2000.0,
-	"logic.rate_limit.sync.ip_burst":       20000,
-	"logic.rate_limit.edit.device_rate":    50.0,
-	"logic.rate_limit.edit.device_burst":   500,
-	"logic.rate_limit.edit.ip_rate":        1000.0,
-	"logic.rate_limit.edit.ip_burst":       10000,
-	"logic.rate_limit.auth_failures":       10,
-	"logic.rate_limit.auth_failure_window": 5 * time.Minute,
-	"logic.rate_limit.auth_block":          5 * time.Minute,
-	"logic.recall_window":                  2 * time.Minute,
-	"logic.commit_workers":                 4, // = message.DefaultCommitWorkers
-	"logic.commit_batch":                   256,
-	"logic.group_max_members":              10000,
-	"logic.max_frame_size":                 64 << 10,
-	"logic.p2p_policy":                     P2POpen,
-	"logic.system_user_id":                 1,
-	"deliver.id":                           "deliver-1",
-	"deliver.admin_addr":                   "127.0.0.1:9040",
-	"deliver.redis.addr":                   "127.0.0.1:6379",
-	"deliver.redis.addrs":                  []string{},
-	"deliver.redis.cluster":                false,
-	"deliver.redis.password":               "",
-	"deliver.redis.db":                     0,
-	"deliver.redis.pool_size":              32,
-	"deliver.batch_size":                   64,
-	"deliver.lease_ttl":                    10 * time.Second,
-	"deliver.push_timeout":                 3 * time.Second,
-	"deliver.logic_addrs":                  []string{"127.0.0.1:9000"},
-	"deliver.logic_timeout":                2 * time.Second,
+// Default returns the built-in configuration with every field filled: the
+// one place a default is written. It works on a developer machine except
+// for the secrets, which have none, so production configs never inherit
+// the development ones. The processes take their sections from a loaded,
+// validated Config and do not re-default any field.
+func Default() *Config {
+	return &Config{
+		Log:     Log{Level: "info"},
+		Cluster: Cluster{Secret: ""},
+		Queue:   Queue{Partitions: 16},
+		Gate: Gate{
+			ID:                 "gate-1",
+			TCPAddr:            "127.0.0.1:8100",
+			PushAddr:           "127.0.0.1:8110",
+			PushAdvertise:      "",
+			ClientAdvertise:    []string{},
+			AdminAddr:          "127.0.0.1:8120",
+			LogicAddrs:         []string{"127.0.0.1:9000"},
+			StreamsPerLogic:    4,
+			MaxInflight:        4096,
+			MaxInflightPerConn: 64,
+			MaxFrameSize:       64 << 10,
+			AuthTimeout:        10 * time.Second,
+			IdleTimeout:        120 * time.Second,
+			WriteTimeout:       5 * time.Second,
+			OutboundQueue:      256,
+			Shards:             64,
+			// Above logic.request_timeout, so logic answers (or gives up
+			// with an error of its own) before the gate answers 50301.
+			RequestTimeout:     10 * time.Second,
+			ShutdownKickWindow: 10 * time.Second,
+			DrainTimeout:       5 * time.Second,
+			SweepInterval:      time.Second,
+			ProxyProtocol:      false,
+			ProxyTrustedCIDRs:  []string{},
+			// A balancer sends the PROXY header with the connection, at
+			// once.
+			ProxyHeaderTimeout: 3 * time.Second,
+			TLSAddr:            "127.0.0.1:8443",
+			TLSCertFile:        "",
+			TLSKeyFile:         "",
+			// A rotation shows within seconds, and two stat calls every
+			// few seconds cost nothing.
+			TLSReloadInterval:      5 * time.Second,
+			TLSHandshakeTimeout:    10 * time.Second,
+			TLSMaxHandshakes:       512,
+			WSAddr:                 "127.0.0.1:8180",
+			WSAllowedOrigins:       []string{},
+			WSSAddr:                "",
+			WSRealIPHeader:         "",
+			ProxyProtocolListeners: []string{},
+			// 5,000 is over twice what one bench source address holds on
+			// one gate in the long profile (50,000 connections over 8
+			// addresses and 3 gates), and a tenth of the 50,000 a gate is
+			// sized for.
+			MaxConnsPerIP:       5000,
+			MaxUnauthenticated:  10000,
+			PreAuthMaxFrameSize: 4 << 10,
+		},
+		Logic: Logic{
+			GRPCAddr:  "127.0.0.1:9000",
+			AdminAddr: "127.0.0.1:9020",
+			MachineID: 1,
+			MySQL: MySQL{
+				DSN:          "root@tcp(127.0.0.1:3306)/spark_im?parseTime=true&loc=UTC",
+				MaxOpenConns: 64,
+				MaxIdleConns: 64,
+			},
+			Redis: Redis{
+				Addr: "127.0.0.1:6379", Addrs: []string{}, Cluster: false, Password: "", DB: 0, PoolSize: 64,
+			},
+			JWTSecret:      "",
+			TokenTTL:       7 * 24 * time.Hour,
+			APIKeys:        []string{},
+			MsgIDWindow:    5 * time.Minute,
+			EnqueueRetries: 3,
+			// Rate limits (docs/decisions.md 67): per device a human's
+			// pace with room for a catch-up burst; per address a flood
+			// guard sized for many users behind one NAT, and above what
+			// the bench sends through each of its 8 loopback addresses at
+			// this machine's ceiling.
+			RateLimit: RateLimit{
+				Enabled:           true,
+				Auth:              RateClass{DeviceRate: 1, DeviceBurst: 30, IPRate: 200, IPBurst: 10000},
+				Send:              RateClass{DeviceRate: 100, DeviceBurst: 400, IPRate: 5000, IPBurst: 20000},
+				Sync:              RateClass{DeviceRate: 100, DeviceBurst: 1000, IPRate: 2000, IPBurst: 20000},
+				Edit:              RateClass{DeviceRate: 50, DeviceBurst: 500, IPRate: 1000, IPBurst: 10000},
+				AuthFailures:      10,
+				AuthFailureWindow: 5 * time.Minute,
+				AuthBlock:         5 * time.Minute,
+			},
+			RecallWindow:    2 * time.Minute,
+			CommitWorkers:   4,
+			CommitBatch:     256,
+			GroupMaxMembers: 10000,
+			MaxFrameSize:    64 << 10,
+			// Below gate.request_timeout (10 s): see Validate.
+			RequestTimeout: 8 * time.Second,
+			P2PPolicy:      P2POpen,
+			SystemUserID:   1,
+		},
+		Deliver: Deliver{
+			ID:        "deliver-1",
+			AdminAddr: "127.0.0.1:9040",
+			Redis: Redis{
+				Addr: "127.0.0.1:6379", Addrs: []string{}, Cluster: false, Password: "", DB: 0, PoolSize: 32,
+			},
+			BatchSize:    64,
+			LeaseTTL:     10 * time.Second,
+			PushTimeout:  3 * time.Second,
+			LogicAddrs:   []string{"127.0.0.1:9000"},
+			LogicTimeout: 2 * time.Second,
+		},
+	}
 }
 
-// Load reads path (empty: defaults and environment only) and applies the
-// environment overrides.
+// Setting is one configuration key with its built-in value.
+type Setting struct {
+	// Key is the dotted path ("logic.mysql.dsn").
+	Key string
+	// Default is the value Default gives it.
+	Default any
+}
+
+// Env is the environment variable that overrides the key.
+func (s Setting) Env() string { return EnvName(s.Key) }
+
+// EnvName is the environment variable that overrides key: IM_ and the key
+// upper-cased with "_" for ".".
+func EnvName(key string) string {
+	return "IM_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+}
+
+// Settings lists every key of c in declaration order with its value,
+// walking the mapstructure tags, so the keys viper knows (and lets the
+// environment override) are exactly the fields of Config. Settings of
+// Default() are the built-in values.
+func Settings(c *Config) []Setting {
+	var out []Setting
+	walk(reflect.ValueOf(c).Elem(), "", &out)
+	return out
+}
+
+func walk(v reflect.Value, prefix string, out *[]Setting) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("mapstructure")
+		if tag == "" || tag == "-" {
+			continue
+		}
+		key := prefix + tag
+		fv := v.Field(i)
+		if fv.Kind() == reflect.Struct {
+			walk(fv, key+".", out)
+			continue
+		}
+		if fv.Kind() == reflect.Slice && fv.IsNil() {
+			// A nil default would leave the key unknown to viper, so
+			// its environment variable would be ignored.
+			fv = reflect.MakeSlice(fv.Type(), 0, 0)
+		}
+		*out = append(*out, Setting{Key: key, Default: fv.Interface()})
+	}
+}
+
+// Load builds the configuration: Default, then the file at path (empty:
+// none), then the IM_* environment, then Validate.
 func Load(path string) (*Config, error) {
 	v := viper.New()
-	for k, val := range defaults {
-		v.SetDefault(k, val)
+	for _, s := range Settings(Default()) {
+		v.SetDefault(s.Key, s.Default)
 	}
 	v.SetEnvPrefix("IM")
 	v.SetEnvKeyReplacer(strings.NewReplacer(".", "_"))
@@ -461,61 +533,173 @@ func Load(path string) (*Config, error) {
 	if c.Gate.PushAdvertise == "" {
 		c.Gate.PushAdvertise = c.Gate.PushAddr
 	}
-	if c.Gate.TLSEnabled() {
-		if c.Gate.TLSCertFile == "" || c.Gate.TLSKeyFile == "" {
-			return nil, errors.New("config: gate.tls_cert_file and gate.tls_key_file must be set together")
-		}
-		if c.Gate.TLSAddr == "" {
-			return nil, errors.New("config: gate.tls_addr is empty while gate.tls_cert_file is set")
-		}
-		if c.Gate.TLSMaxHandshakes < 1 {
-			return nil, errors.New("config: gate.tls_max_handshakes must be at least 1")
-		}
-	}
-	if err := validateWS(c.Gate); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	if err := validateGateLimits(c.Gate); err != nil {
-		return nil, err
-	}
-	if err := validateRateLimit(c.Logic.RateLimit); err != nil {
-		return nil, err
-	}
-	if err := c.Logic.Redis.Validate("logic.redis"); err != nil {
-		return nil, err
-	}
-	if err := c.Deliver.Redis.Validate("deliver.redis"); err != nil {
-		return nil, err
+	return &c, nil
+}
+
+// Validate refuses every value the processes cannot run with, naming the
+// key, so a bad config fails at start rather than being replaced by a
+// default far from its cause. It checks every section, and the rules that
+// span processes (every process loads the same file).
+func (c *Config) Validate() error {
+	errs := []error{
+		c.Gate.Validate(),
+		c.Logic.Validate(),
+		c.Deliver.Validate(),
+		validateCrossProcess(c),
 	}
 	if c.Queue.Partitions < 1 {
-		return nil, errors.New("config: queue.partitions must be at least 1")
+		errs = append(errs, errors.New("config: queue.partitions must be at least 1"))
 	}
-	if c.Logic.CommitWorkers < 1 || c.Logic.CommitBatch < 1 {
-		return nil, fmt.Errorf("config: logic.commit_workers (%d) and logic.commit_batch (%d) must be at least 1: every send goes through the group commit",
-			c.Logic.CommitWorkers, c.Logic.CommitBatch)
+	return errors.Join(errs...)
+}
+
+// validateCrossProcess checks the rules between the gate's and logic's
+// sections.
+func validateCrossProcess(c *Config) error {
+	var errs []error
+	if c.Gate.MaxFrameSize != c.Logic.MaxFrameSize {
+		// logic sizes MESSAGE pushes and sync pages for the clients'
+		// limit; a gate with another limit would close clients on frames
+		// logic accepted, or refuse sends logic would take.
+		errs = append(errs, fmt.Errorf("config: gate.max_frame_size (%d) and logic.max_frame_size (%d) must be equal",
+			c.Gate.MaxFrameSize, c.Logic.MaxFrameSize))
 	}
-	if c.Logic.MaxFrameSize < 4<<10 {
-		return nil, errors.New("config: logic.max_frame_size must be at least 4096 bytes")
+	if c.Logic.RequestTimeout >= c.Gate.RequestTimeout {
+		// logic must answer (with its own error) before the gate gives
+		// up on the request and answers 50301 itself.
+		errs = append(errs, fmt.Errorf("config: logic.request_timeout (%v) must be below gate.request_timeout (%v)",
+			c.Logic.RequestTimeout, c.Gate.RequestTimeout))
 	}
-	if c.Logic.GroupMaxMembers < 1 {
-		return nil, errors.New("config: logic.group_max_members must be at least 1")
+	return errors.Join(errs...)
+}
+
+// positive appends an error for each named value that is not above zero.
+func positive[T int | int64 | time.Duration](errs []error, vals ...struct {
+	key string
+	v   T
+}) []error {
+	for _, x := range vals {
+		if x.v <= 0 {
+			errs = append(errs, fmt.Errorf("config: %s must be positive (got %v)", x.key, x.v))
+		}
 	}
-	if c.Logic.SystemUserID < 1 {
-		return nil, errors.New("config: logic.system_user_id must be a positive user id")
+	return errs
+}
+
+type intKey = struct {
+	key string
+	v   int
+}
+
+type durKey = struct {
+	key string
+	v   time.Duration
+}
+
+// Validate checks the gate section.
+func (g Gate) Validate() error {
+	var errs []error
+	if g.ID == "" {
+		errs = append(errs, errors.New("config: gate.id is empty"))
 	}
-	switch c.Logic.P2PPolicy {
+	if len(g.LogicAddrs) == 0 {
+		errs = append(errs, errors.New("config: gate.logic_addrs is empty"))
+	}
+	errs = positive(errs,
+		intKey{"gate.streams_per_logic", g.StreamsPerLogic},
+		intKey{"gate.max_inflight", g.MaxInflight},
+		intKey{"gate.max_inflight_per_conn", g.MaxInflightPerConn},
+		intKey{"gate.outbound_queue", g.OutboundQueue},
+		intKey{"gate.shards", g.Shards},
+		intKey{"gate.tls_max_handshakes", g.TLSMaxHandshakes},
+	)
+	errs = positive(errs,
+		durKey{"gate.auth_timeout", g.AuthTimeout},
+		durKey{"gate.idle_timeout", g.IdleTimeout},
+		durKey{"gate.write_timeout", g.WriteTimeout},
+		durKey{"gate.request_timeout", g.RequestTimeout},
+		durKey{"gate.drain_timeout", g.DrainTimeout},
+		durKey{"gate.sweep_interval", g.SweepInterval},
+		durKey{"gate.proxy_header_timeout", g.ProxyHeaderTimeout},
+		durKey{"gate.tls_reload_interval", g.TLSReloadInterval},
+		durKey{"gate.tls_handshake_timeout", g.TLSHandshakeTimeout},
+	)
+	if g.MaxFrameSize < 4<<10 {
+		errs = append(errs, fmt.Errorf("config: gate.max_frame_size must be at least 4096 bytes (got %d)", g.MaxFrameSize))
+	}
+	if g.TLSEnabled() {
+		if g.TLSCertFile == "" || g.TLSKeyFile == "" {
+			errs = append(errs, errors.New("config: gate.tls_cert_file and gate.tls_key_file must be set together"))
+		}
+		if g.TLSAddr == "" {
+			errs = append(errs, errors.New("config: gate.tls_addr is empty while gate.tls_cert_file is set"))
+		}
+	} else if g.WSSAddr != "" {
+		errs = append(errs, errors.New("config: gate.wss_addr needs gate.tls_cert_file and gate.tls_key_file"))
+	}
+	errs = append(errs, validateWS(g), validateGateLimits(g))
+	return errors.Join(errs...)
+}
+
+// Validate checks the logic section.
+func (l Logic) Validate() error {
+	var errs []error
+	errs = append(errs, validateRateLimit(l.RateLimit), l.Redis.Validate("logic.redis"))
+	if l.CommitWorkers < 1 || l.CommitBatch < 1 {
+		errs = append(errs, fmt.Errorf("config: logic.commit_workers (%d) and logic.commit_batch (%d) must be at least 1: every send goes through the group commit",
+			l.CommitWorkers, l.CommitBatch))
+	}
+	if l.MaxFrameSize < 4<<10 {
+		errs = append(errs, errors.New("config: logic.max_frame_size must be at least 4096 bytes"))
+	}
+	if l.GroupMaxMembers < 1 {
+		errs = append(errs, errors.New("config: logic.group_max_members must be at least 1"))
+	}
+	if l.SystemUserID < 1 {
+		errs = append(errs, errors.New("config: logic.system_user_id must be a positive user id"))
+	}
+	errs = positive(errs, intKey{"logic.enqueue_retries", l.EnqueueRetries})
+	errs = positive(errs,
+		durKey{"logic.token_ttl", l.TokenTTL},
+		durKey{"logic.msg_id_window", l.MsgIDWindow},
+		durKey{"logic.recall_window", l.RecallWindow},
+		durKey{"logic.request_timeout", l.RequestTimeout},
+	)
+	switch l.P2PPolicy {
 	case P2POpen, P2PFriendsOnly:
 	default:
 		// A typo must not silently open a friends-only deployment.
-		return nil, fmt.Errorf("config: logic.p2p_policy is %q; want %q or %q", c.Logic.P2PPolicy, P2POpen, P2PFriendsOnly)
+		errs = append(errs, fmt.Errorf("config: logic.p2p_policy is %q; want %q or %q", l.P2PPolicy, P2POpen, P2PFriendsOnly))
 	}
-	return &c, nil
+	return errors.Join(errs...)
+}
+
+// Validate checks the deliver section.
+func (d Deliver) Validate() error {
+	var errs []error
+	errs = append(errs, d.Redis.Validate("deliver.redis"))
+	if d.ID == "" {
+		errs = append(errs, errors.New("config: deliver.id is empty"))
+	}
+	if len(d.LogicAddrs) == 0 {
+		errs = append(errs, errors.New("config: deliver.logic_addrs is empty"))
+	}
+	errs = positive(errs, intKey{"deliver.batch_size", d.BatchSize})
+	errs = positive(errs,
+		durKey{"deliver.lease_ttl", d.LeaseTTL},
+		durKey{"deliver.push_timeout", d.PushTimeout},
+		durKey{"deliver.logic_timeout", d.LogicTimeout},
+	)
+	return errors.Join(errs...)
 }
 
 // RequireSecret fails when a secret the process needs is empty.
 func RequireSecret(name, value string) error {
 	if value == "" {
-		return fmt.Errorf("config: %s is empty; set it in the config file or IM_%s", name, strings.ToUpper(strings.ReplaceAll(name, ".", "_")))
+		return fmt.Errorf("config: %s is empty; set it in the config file or %s", name, EnvName(name))
 	}
 	return nil
 }

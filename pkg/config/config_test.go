@@ -155,6 +155,8 @@ func TestLoadWS(t *testing.T) {
 // refused at load.
 func TestLoadWSSAndProxyListeners(t *testing.T) {
 	t.Setenv("IM_GATE_WSS_ADDR", "127.0.0.1:8543")
+	t.Setenv("IM_GATE_TLS_CERT_FILE", "/x/cert.pem")
+	t.Setenv("IM_GATE_TLS_KEY_FILE", "/x/key.pem")
 	t.Setenv("IM_GATE_PROXY_PROTOCOL_LISTENERS", "tcp,tls")
 	t.Setenv("IM_GATE_PROXY_TRUSTED_CIDRS", "10.0.0.0/8")
 	t.Setenv("IM_GATE_WS_REAL_IP_HEADER", "X-Forwarded-For")
@@ -177,6 +179,13 @@ func TestLoadWSSAndProxyListeners(t *testing.T) {
 			}
 		})
 	}
+	t.Run("wss without the certificate files", func(t *testing.T) {
+		t.Setenv("IM_GATE_TLS_CERT_FILE", "")
+		t.Setenv("IM_GATE_TLS_KEY_FILE", "")
+		if _, err := Load(""); err == nil || !strings.Contains(err.Error(), "gate.wss_addr needs gate.tls_cert_file") {
+			t.Fatalf("wss_addr without TLS: err %v", err)
+		}
+	})
 }
 
 // The rate limits and gate caps have working defaults, every key is

@@ -45,9 +45,6 @@ func run(cfgPath string) error {
 	if err := config.RequireSecret("cluster.secret", cfg.Cluster.Secret); err != nil {
 		return err
 	}
-	if cfg.Deliver.ID == "" {
-		return errors.New("deliver.id is empty")
-	}
 	log, err := logging.New(cfg.Log.Level, "deliver")
 	if err != nil {
 		return err

@@ -11,11 +11,6 @@ import (
 	"go.uber.org/zap"
 )
 
-// defaultCertReloadInterval is how often the certificate files are checked
-// when gate.tls_reload_interval is unset: a rotation shows within seconds,
-// and two stat calls every few seconds cost nothing.
-const defaultCertReloadInterval = 5 * time.Second
-
 // fileStamp identifies one version of a file well enough to notice that it
 // was replaced (by a write, a rename or a symlink swap, as Kubernetes
 // secret volumes do).
@@ -102,11 +97,9 @@ func (c *certStore) check() (bool, error) {
 	return true, nil
 }
 
-// watch checks the files every interval until ctx ends.
+// watch checks the files every interval (gate.tls_reload_interval,
+// positive) until ctx ends.
 func (c *certStore) watch(ctx context.Context, interval time.Duration) {
-	if interval <= 0 {
-		interval = defaultCertReloadInterval
-	}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {

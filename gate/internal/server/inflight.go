@@ -49,10 +49,9 @@ type inflight struct {
 	order list.List
 }
 
+// newInflight bounds a stream's pending requests at max
+// (gate.max_inflight, at least 1).
 func newInflight(max int) *inflight {
-	if max < 1 {
-		max = 1
-	}
 	return &inflight{max: max, byKey: make(map[reqKey]*pendingReq)}
 }
 

@@ -254,19 +254,31 @@ func TestPreAuthFrameLimit(t *testing.T) {
 	})
 }
 
-// The pre-AUTH limit is clamped to max_frame_size and defaults to 4 KiB.
-func TestPreAuthFrameDefault(t *testing.T) {
+// The pre-AUTH limit defaults to 4 KiB (config.Default); the server takes
+// an explicit one as given and refuses one it cannot use instead of
+// replacing it.
+func TestPreAuthFrameSetting(t *testing.T) {
 	for _, tt := range []struct {
 		name       string
 		max, pre   int
 		wantPreAut int
+		wantErr    bool
 	}{
-		{"default", 64 << 10, 0, 4 << 10},
-		{"explicit", 64 << 10, 2048, 2048},
-		{"clamped to a small max", 2 << 10, 0, 2 << 10},
+		{"default", 64 << 10, config.Default().Gate.PreAuthMaxFrameSize, 4 << 10, false},
+		{"explicit", 64 << 10, 2048, 2048, false},
+		{"zero refused", 64 << 10, 0, 0, true},
+		{"over max_frame_size refused", 8 << 10, 16 << 10, 0, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := New(Options{Gate: config.Gate{MaxFrameSize: tt.max, PreAuthMaxFrameSize: tt.pre}, ClusterSecret: testSecret, Logger: zap.NewNop()})
+			g := testGateConfig("127.0.0.1:1")
+			g.MaxFrameSize, g.PreAuthMaxFrameSize = tt.max, tt.pre
+			s, err := New(Options{Gate: g, ClusterSecret: testSecret, Logger: zap.NewNop()})
+			if tt.wantErr {
+				if err == nil || !strings.Contains(err.Error(), "gate.preauth_max_frame_size") {
+					t.Fatalf("err %v, want one naming gate.preauth_max_frame_size", err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -274,5 +286,35 @@ func TestPreAuthFrameDefault(t *testing.T) {
 				t.Fatalf("pre-auth limit %d, want %d", s.cfg.PreAuthMaxFrameSize, tt.wantPreAut)
 			}
 		})
+	}
+}
+
+// The gate builds from the validated defaults alone (with only its
+// secret), and refuses a zero it used to replace with a default.
+func TestNewFromDefaults(t *testing.T) {
+	c := config.Default()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(Options{Gate: c.Gate, ClusterSecret: testSecret, Logger: zap.NewNop()}); err != nil {
+		t.Fatalf("New from config.Default(): %v", err)
+	}
+	for _, tt := range []struct {
+		key    string
+		change func(*config.Gate)
+	}{
+		{"gate.max_frame_size", func(g *config.Gate) { g.MaxFrameSize = 0 }},
+		{"gate.shards", func(g *config.Gate) { g.Shards = 0 }},
+		{"gate.outbound_queue", func(g *config.Gate) { g.OutboundQueue = 0 }},
+		{"gate.request_timeout", func(g *config.Gate) { g.RequestTimeout = 0 }},
+		{"gate.write_timeout", func(g *config.Gate) { g.WriteTimeout = 0 }},
+		{"gate.drain_timeout", func(g *config.Gate) { g.DrainTimeout = 0 }},
+		{"gate.tls_max_handshakes", func(g *config.Gate) { g.TLSMaxHandshakes = 0 }},
+	} {
+		g := c.Gate
+		tt.change(&g)
+		if _, err := New(Options{Gate: g, ClusterSecret: testSecret, Logger: zap.NewNop()}); err == nil || !strings.Contains(err.Error(), tt.key) {
+			t.Errorf("%s zero: err %v, want one naming it", tt.key, err)
+		}
 	}
 }

@@ -64,11 +64,9 @@ type Outbound struct {
 	finishing bool
 }
 
-// NewOutbound returns a queue holding at most limit pushes.
+// NewOutbound returns a queue holding at most limit pushes
+// (gate.outbound_queue, at least 1).
 func NewOutbound(s sink, limit int, written func(int)) *Outbound {
-	if limit < 1 {
-		limit = 1
-	}
 	return &Outbound{sink: s, limit: limit, written: written}
 }
 

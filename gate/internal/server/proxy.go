@@ -16,11 +16,6 @@ import (
 	"github.com/sparkim/spark/gate/internal/proxyproto"
 )
 
-// defaultProxyHeaderTimeout is how long a trusted balancer's connection
-// may take to deliver its PROXY header when gate.proxy_header_timeout is
-// unset: a balancer sends it with the connection, at once.
-const defaultProxyHeaderTimeout = 3 * time.Second
-
 // proxyPolicy is the PROXY protocol stage of the client listeners: which
 // listeners expect a header, which peers may send one, and how long they
 // have to send it.
@@ -37,10 +32,10 @@ type proxyPolicy struct {
 // would refuse every connection, so an empty set is a configuration
 // error.
 func newProxyPolicy(trusted peerSet, timeout time.Duration, listeners []string) (*proxyPolicy, error) {
-	p := &proxyPolicy{timeout: timeout}
-	if p.timeout <= 0 {
-		p.timeout = defaultProxyHeaderTimeout
+	if timeout <= 0 {
+		return nil, fmt.Errorf("server: gate.proxy_header_timeout %v must be positive", timeout)
 	}
+	p := &proxyPolicy{timeout: timeout}
 	if len(trusted) == 0 {
 		return nil, errors.New("server: gate.proxy_protocol is on but gate.proxy_trusted_cidrs is empty")
 	}

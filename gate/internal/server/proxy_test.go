@@ -188,13 +188,13 @@ func TestProxyConfig(t *testing.T) {
 	} {
 		trusted, err := parsePeerSet(tc.cidrs)
 		if err == nil {
-			_, err = newProxyPolicy(trusted, 0, tc.listeners)
+			_, err = newProxyPolicy(trusted, time.Second, tc.listeners)
 		}
 		if (err == nil) != tc.ok {
 			t.Errorf("cidrs %q listeners %q: err %v, want ok=%v", tc.cidrs, tc.listeners, err, tc.ok)
 		}
 	}
-	some, err := newProxyPolicy(mustPeerSet(t, "10.0.0.0/8"), 0, []string{"tls"})
+	some, err := newProxyPolicy(mustPeerSet(t, "10.0.0.0/8"), time.Second, []string{"tls"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestProxyConfig(t *testing.T) {
 	if off.on(carrierTCP) {
 		t.Error("a nil policy (PROXY off) expects headers")
 	}
-	p, err := newProxyPolicy(mustPeerSet(t, "10.0.0.0/8", "127.0.0.1"), 0, nil)
+	p, err := newProxyPolicy(mustPeerSet(t, "10.0.0.0/8", "127.0.0.1"), time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,15 +48,13 @@ func TuneNetpoll() error {
 
 // Options configure a Server.
 type Options struct {
+	// Gate is the gate section of a loaded configuration (config.Load, or
+	// config.Default with changes); New refuses one that does not
+	// validate.
 	Gate          config.Gate
 	ClusterSecret string
 	Logger        *zap.Logger
 	Registry      prometheus.Registerer
-	// SweepInterval is how often timeouts are checked; 0 means a second.
-	SweepInterval time.Duration
-	// DrainTimeout bounds waiting for a connection's in-flight answers
-	// before its shutdown KICK; 0 means 5 s.
-	DrainTimeout time.Duration
 }
 
 // Server is one gate process's serving state.
@@ -112,30 +110,10 @@ func New(opts Options) (*Server, error) {
 		opts.Registry = prometheus.NewRegistry()
 	}
 	cfg := opts.Gate
-	if cfg.MaxFrameSize <= 0 {
-		cfg.MaxFrameSize = 64 << 10
-	}
-	if cfg.Shards <= 0 {
-		cfg.Shards = 64
-	}
-	if cfg.OutboundQueue <= 0 {
-		cfg.OutboundQueue = 256
-	}
-	if cfg.PreAuthMaxFrameSize <= 0 || cfg.PreAuthMaxFrameSize > cfg.MaxFrameSize {
-		cfg.PreAuthMaxFrameSize = min(4<<10, cfg.MaxFrameSize)
-	}
-	if cfg.MaxInflightPerConn <= 0 {
-		cfg.MaxInflightPerConn = 64
-	}
-	if cfg.RequestTimeout <= 0 {
-		cfg.RequestTimeout = 10 * time.Second
-	}
-	if cfg.WriteTimeout <= 0 {
-		cfg.WriteTimeout = 5 * time.Second
-	}
-	drain := opts.DrainTimeout
-	if drain <= 0 {
-		drain = 5 * time.Second
+	// The gate trusts a validated section and substitutes nothing: a zero
+	// here is a caller's mistake, refused like a bad config file.
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
 	}
 	trusted, err := newTrustedPeers(&cfg)
 	if err != nil {
@@ -153,29 +131,18 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if cfg.TLSHandshakeTimeout <= 0 {
-		cfg.TLSHandshakeTimeout = defaultTLSHandshakeTimeout
-	}
-	if cfg.TLSMaxHandshakes <= 0 {
-		cfg.TLSMaxHandshakes = defaultTLSMaxHandshakes
-	}
 	metrics := NewMetrics(opts.Registry)
 	limits := newConnLimits(cfg.MaxConnsPerIP, cfg.MaxUnauthenticated)
 	limits.register(opts.Registry)
 	var certs *certStore
 	var tlsSt *tlsStage
 	if cfg.TLSEnabled() {
-		if cfg.TLSCertFile == "" || cfg.TLSKeyFile == "" || cfg.TLSAddr == "" {
-			return nil, errors.New("server: gate.tls_cert_file, gate.tls_key_file and gate.tls_addr must be set together")
-		}
 		c, err := newCertStore(cfg.TLSCertFile, cfg.TLSKeyFile, opts.Logger, metrics)
 		if err != nil {
 			return nil, fmt.Errorf("server: tls: %w", err)
 		}
 		certs = c
 		tlsSt = &tlsStage{conf: newTLSConfig(c), slots: make(chan struct{}, cfg.TLSMaxHandshakes), timeout: cfg.TLSHandshakeTimeout}
-	} else if cfg.WSSAddr != "" {
-		return nil, errors.New("server: gate.wss_addr needs gate.tls_cert_file and gate.tls_key_file")
 	}
 	t := NewTable(cfg.Shards)
 	return &Server{
@@ -191,8 +158,8 @@ func New(opts Options) (*Server, error) {
 		table:    t,
 		ids:      envelope.NewIDSource(),
 		connIDs:  NewConnIDs(time.Now()),
-		sweeper:  NewSweeper(t, cfg.AuthTimeout, cfg.IdleTimeout, opts.SweepInterval),
-		drain:    drain,
+		sweeper:  NewSweeper(t, cfg.AuthTimeout, cfg.IdleTimeout, cfg.SweepInterval),
+		drain:    cfg.DrainTimeout,
 		serveErr: make(chan error, 8),
 	}, nil
 }

@@ -197,22 +197,29 @@ func startLogic(t *testing.T) (*fakeLogic, string) {
 	return fl, ln.Addr().String()
 }
 
+// testGateConfig is the built-in gate section with local ports, one
+// logic and the smaller queues and faster sweeps the tests want.
 func testGateConfig(logicAddr string) config.Gate {
-	return config.Gate{
-		ID:              "gate-test",
-		TCPAddr:         "127.0.0.1:0",
-		PushAddr:        "127.0.0.1:0",
-		LogicAddrs:      []string{logicAddr},
-		StreamsPerLogic: 2,
-		MaxInflight:     64,
-		MaxFrameSize:    frame.DefaultMaxFrameSize,
-		AuthTimeout:     10 * time.Second,
-		IdleTimeout:     120 * time.Second,
-		WriteTimeout:    2 * time.Second,
-		OutboundQueue:   16,
-		Shards:          4,
-		RequestTimeout:  5 * time.Second,
-	}
+	g := config.Default().Gate
+	g.ID = "gate-test"
+	g.TCPAddr = "127.0.0.1:0"
+	g.PushAddr = "127.0.0.1:0"
+	g.AdminAddr = "127.0.0.1:0"
+	g.LogicAddrs = []string{logicAddr}
+	g.StreamsPerLogic = 2
+	g.MaxInflight = 64
+	g.MaxFrameSize = frame.DefaultMaxFrameSize
+	g.WriteTimeout = 2 * time.Second
+	g.OutboundQueue = 16
+	g.Shards = 4
+	g.RequestTimeout = 5 * time.Second
+	g.SweepInterval = 20 * time.Millisecond
+	// Off unless a test turns them on, as in the zero config the tests
+	// used before they started from the defaults.
+	g.TLSAddr, g.WSAddr = "", ""
+	g.ShutdownKickWindow = 0
+	g.MaxConnsPerIP, g.MaxUnauthenticated = 0, 0
+	return g
 }
 
 func startGate(t *testing.T, cfg config.Gate) *Server {
@@ -224,10 +231,8 @@ func startGate(t *testing.T, cfg config.Gate) *Server {
 // for answers in flight.
 func startGateDraining(t *testing.T, cfg config.Gate, drain time.Duration) *Server {
 	t.Helper()
-	s, err := New(Options{
-		Gate: cfg, ClusterSecret: testSecret, Logger: zap.NewNop(),
-		SweepInterval: 20 * time.Millisecond, DrainTimeout: drain,
-	})
+	cfg.DrainTimeout = drain
+	s, err := New(Options{Gate: cfg, ClusterSecret: testSecret, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,9 @@ type Sweeper struct {
 	interval    time.Duration
 }
 
-// NewSweeper returns a sweeper over t; interval 0 means one second.
+// NewSweeper returns a sweeper over t checking every interval
+// (gate.sweep_interval, positive).
 func NewSweeper(t *Table, authTimeout, idleTimeout, interval time.Duration) *Sweeper {
-	if interval <= 0 {
-		interval = time.Second
-	}
 	return &Sweeper{table: t, authTimeout: authTimeout, idleTimeout: idleTimeout, interval: interval}
 }
 

@@ -30,12 +30,6 @@ import (
 // test guards this reliance on crypto/tls against a Go upgrade.
 
 const (
-	// defaultTLSHandshakeTimeout bounds PROXY header plus handshake from
-	// accept when gate.tls_handshake_timeout is unset.
-	defaultTLSHandshakeTimeout = 10 * time.Second
-	// defaultTLSMaxHandshakes bounds handshakes in progress when
-	// gate.tls_max_handshakes is unset.
-	defaultTLSMaxHandshakes = 512
 	// tlsPlainBuf is one TLS record's largest plaintext.
 	tlsPlainBuf = 16 << 10
 )

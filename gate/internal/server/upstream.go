@@ -116,14 +116,9 @@ func NewUpstream(cfg UpstreamConfig, log *zap.Logger, m *Metrics, h responder) (
 	if len(cfg.LogicAddrs) == 0 {
 		return nil, errors.New("upstream: gate.logic_addrs is empty")
 	}
-	if cfg.StreamsPerLogic < 1 {
-		cfg.StreamsPerLogic = 1
-	}
-	if cfg.MaxInflight < 1 {
-		cfg.MaxInflight = 1
-	}
-	if cfg.MaxPerConn < 1 {
-		cfg.MaxPerConn = cfg.MaxInflight
+	if cfg.StreamsPerLogic < 1 || cfg.MaxInflight < 1 || cfg.MaxPerConn < 1 {
+		return nil, fmt.Errorf("upstream: gate.streams_per_logic (%d), gate.max_inflight (%d) and gate.max_inflight_per_conn (%d) must be at least 1",
+			cfg.StreamsPerLogic, cfg.MaxInflight, cfg.MaxPerConn)
 	}
 	u := &Upstream{cfg: cfg, log: log, metrics: m, handler: h, draining: make(chan struct{})}
 	for _, addr := range cfg.LogicAddrs {

@@ -35,6 +35,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/logic/internal/user"
 	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/frame"
@@ -169,17 +170,28 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groupSvc := group.New(st, gen, group.Config{})
-	sendSvc := message.New(st, rdb, gen, message.Config{
-		MsgIDWindow: 5 * time.Minute, EnqueueRetries: 2, Partitions: 4,
-		Conversations: conversation.NewResolver(st, gen.Next, relSvc, groupSvc),
-	}, nil, nil)
+	defaults := config.Default()
+	groupSvc, err := group.New(st, gen, group.Config{MaxMembers: defaults.Logic.GroupMaxMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sendCfg := message.ConfigFrom(defaults)
+	sendCfg.EnqueueRetries, sendCfg.Partitions = 2, 4
+	sendCfg.Conversations = conversation.NewResolver(st, gen.Next, relSvc, groupSvc)
+	sendSvc, err := message.New(st, rdb, gen, sendCfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(sendSvc.Close)
+	inboxSvc, err := inbox.New(st, rdb, mailbox.New(st, gen), defaults.Logic.MaxFrameSize, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	onl := online.New(rdb, reg, clients, 3*time.Second, nil)
 	notes := &recorder{}
 	srv := api.New(api.Services{
 		Store: st, Users: user.New(st, onl), Relations: relSvc, Groups: groupSvc,
-		Messages: sendSvc, Inbox: inbox.New(st, rdb, mailbox.New(st, gen), 0, nil), Online: onl,
+		Messages: sendSvc, Inbox: inboxSvc, Online: onl,
 	}, api.Config{JWTSecret: []byte(secret), TokenTTL: time.Hour, SystemUserID: systemUserID}, notes, nil)
 
 	lis := bufconn.Listen(1 << 20)

@@ -19,6 +19,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/testredis"
@@ -83,8 +84,21 @@ func newEnv(t *testing.T, machine int) *env {
 	a := auth.New(st, rdb, secret, gatepush.NewKicker(reg, clients, time.Second, nil, nil), nil)
 	mb := mailbox.New(st, gen)
 	a.RecordKicks(mb)
-	send := message.New(st, rdb, gen, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 2, Partitions: 16}, nil, nil)
-	in := inbox.New(st, rdb, mb, 0, nil)
+	defaults := config.Default()
+	sendCfg := message.ConfigFrom(defaults)
+	sendCfg.EnqueueRetries = 2
+	send, err := message.New(st, rdb, gen, sendCfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(st, rdb, mb, defaults.Logic.MaxFrameSize, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups, err := group.New(st, gen, group.Config{MaxMembers: defaults.Logic.GroupMaxMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
 	rel, err := relation.New(st, gen, relation.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -92,7 +106,7 @@ func newEnv(t *testing.T, machine int) *env {
 	notes := &recorder{}
 	return &env{st: st, rdb: rdb, reg: reg, notes: notes, handler: &gateway.Handler{
 		Auth: a, Messages: send, Inbox: in, IDs: gen,
-		Relations: rel, Groups: group.New(st, gen, group.Config{}), Notifier: notes,
+		Relations: rel, Groups: groups, Notifier: notes, Timeout: defaults.Logic.RequestTimeout,
 	}}
 }
 

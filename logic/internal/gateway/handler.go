@@ -25,10 +25,6 @@ import (
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
-// DefaultRequestTimeout bounds one request; it is below the gate's default
-// request_timeout so logic answers before the gate gives up.
-const DefaultRequestTimeout = 8 * time.Second
-
 // Handler answers the requests of authenticated and unauthenticated
 // connections.
 type Handler struct {
@@ -56,7 +52,9 @@ type Handler struct {
 	Limits  *ratelimit.Limiter
 	Log     *zap.Logger
 	Metrics *metrics.Metrics
-	// Timeout bounds one request (default DefaultRequestTimeout).
+	// Timeout bounds one request (logic.request_timeout, below the gate's
+	// gate.request_timeout so logic answers before the gate gives up);
+	// NewServer refuses a Handler without one.
 	Timeout time.Duration
 	// MaxFrameSize is the clients' frame limit (logic.max_frame_size):
 	// sync pages are cut to fit it (0: frame.DefaultMaxFrameSize).
@@ -78,9 +76,6 @@ func (h *Handler) setDefaults() {
 	}
 	if h.Metrics == nil {
 		h.Metrics = metrics.New(nil)
-	}
-	if h.Timeout <= 0 {
-		h.Timeout = DefaultRequestTimeout
 	}
 	h.pageBound = clientwire.PageBound(h.MaxFrameSize)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
@@ -229,8 +230,13 @@ func TestOverLimitCostsNoMySQL(t *testing.T) {
 	lim := ratelimit.New(e.rdb, cfg, nil, nil)
 	a := auth.New(st, e.rdb, secret, nil, nil)
 	a.LimitDevices(lim)
-	h := &gateway.Handler{Auth: a, Messages: message.New(st, e.rdb, gen, message.Config{MsgIDWindow: time.Minute, EnqueueRetries: 1, Partitions: 4}, nil, nil),
-		IDs: gen, Limits: lim}
+	sendCfg := message.ConfigFrom(config.Default())
+	sendCfg.MsgIDWindow, sendCfg.EnqueueRetries, sendCfg.Partitions = time.Minute, 1, 4
+	send, err := message.New(st, e.rdb, gen, sendCfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &gateway.Handler{Auth: a, Messages: send, IDs: gen, Limits: lim, Timeout: config.Default().Logic.RequestTimeout}
 	t.Cleanup(h.Messages.Close)
 	ctx := context.Background()
 	uid := testenv.RandomUserID()

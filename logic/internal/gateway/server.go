@@ -55,12 +55,15 @@ type Server struct {
 }
 
 // NewServer returns the Gateway server; base bounds the life of requests.
-func NewServer(base context.Context, h *Handler, reg *gatepush.Registry, log *zap.Logger) *Server {
+func NewServer(base context.Context, h *Handler, reg *gatepush.Registry, log *zap.Logger) (*Server, error) {
+	if h.Timeout <= 0 {
+		return nil, fmt.Errorf("gateway: logic.request_timeout %v must be positive", h.Timeout)
+	}
 	h.init()
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Server{h: h, reg: reg, log: log, disp: NewDispatcher[connKey](), base: base, draining: make(chan struct{})}
+	return &Server{h: h, reg: reg, log: log, disp: NewDispatcher[connKey](), base: base, draining: make(chan struct{})}, nil
 }
 
 // Connect serves one gate stream.

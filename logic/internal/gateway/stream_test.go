@@ -54,7 +54,10 @@ func startFakePush(t *testing.T) (*fakePush, string) {
 func startLogic(t *testing.T, e *env) (*gateway.Server, *grpc.ClientConn) {
 	t.Helper()
 	lis := bufconn.Listen(1 << 20)
-	gw := gateway.NewServer(context.Background(), e.handler, e.reg, nil)
+	gw, err := gateway.NewServer(context.Background(), e.handler, e.reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	gs := grpc.NewServer(clusterauth.NewGuard(clusterSecret, clusterauth.HealthPrefix).ServerOptions()...)
 	logicv1.RegisterGatewayServer(gs, gw)
 	go func() { _ = gs.Serve(lis) }()

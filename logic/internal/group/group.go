@@ -34,8 +34,6 @@ const System int64 = 0
 
 // Limits of one request.
 const (
-	// DefaultMaxMembers is logic.group_max_members's default.
-	DefaultMaxMembers = 10000
 	// MaxUsersPerCall bounds the users of one Create or Add/RemoveMembers,
 	// so one transaction (and its mailbox events) stays small; larger
 	// groups are filled by several AddMembers calls.
@@ -361,7 +359,7 @@ type IDs interface {
 // Config configures the service.
 type Config struct {
 	// MaxMembers is the member limit of new groups
-	// (logic.group_max_members); ≤ 0 means DefaultMaxMembers.
+	// (logic.group_max_members), at least 1.
 	MaxMembers int
 }
 
@@ -373,12 +371,12 @@ type Service struct {
 	now        func() time.Time
 }
 
-// New returns a Service.
-func New(st *store.Store, ids IDs, cfg Config) *Service {
-	if cfg.MaxMembers <= 0 {
-		cfg.MaxMembers = DefaultMaxMembers
+// New returns a Service; it refuses a member limit below 1.
+func New(st *store.Store, ids IDs, cfg Config) (*Service, error) {
+	if cfg.MaxMembers < 1 {
+		return nil, fmt.Errorf("group: logic.group_max_members %d must be at least 1", cfg.MaxMembers)
 	}
-	return &Service{store: st, ids: ids, maxMembers: cfg.MaxMembers, now: time.Now}
+	return &Service{store: st, ids: ids, maxMembers: cfg.MaxMembers, now: time.Now}, nil
 }
 
 // MaxMembers returns the member limit new groups get.

@@ -16,6 +16,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -28,8 +29,13 @@ type env struct {
 	svc *group.Service
 }
 
+// newEnv builds the service with a member limit of maxMembers, 0 meaning
+// the configured default.
 func newEnv(t *testing.T, maxMembers int) *env {
 	t.Helper()
+	if maxMembers == 0 {
+		maxMembers = config.Default().Logic.GroupMaxMembers
+	}
 	_, db := testenv.MySQL(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
@@ -38,7 +44,11 @@ func newEnv(t *testing.T, maxMembers int) *env {
 		t.Fatal(err)
 	}
 	st := store.New(db)
-	return &env{ctx: ctx, db: db, st: st, svc: group.New(st, ids, group.Config{MaxMembers: maxMembers})}
+	svc, err := group.New(st, ids, group.Config{MaxMembers: maxMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{ctx: ctx, db: db, st: st, svc: svc}
 }
 
 // users returns n new users with t_users rows.
@@ -171,7 +181,7 @@ func TestCreate(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := ch.Group
-	if g.MemberCount != 4 || g.MemberVersion != 1 || g.Status != group.StatusActive || g.OwnerID != owner || g.MaxMembers != group.DefaultMaxMembers ||
+	if g.MemberCount != 4 || g.MemberVersion != 1 || g.Status != group.StatusActive || g.OwnerID != owner || g.MaxMembers != config.Default().Logic.GroupMaxMembers ||
 		g.Name != "team" || g.Avatar != "a/b.png" || g.Announcement != "hi" || g.GroupID == g.ConversationID {
 		t.Fatalf("created %+v", g)
 	}

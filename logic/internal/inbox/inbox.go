@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -21,7 +22,6 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/errcode"
-	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 )
@@ -45,15 +45,16 @@ type Service struct {
 }
 
 // New returns a Service whose answers fit in frames of maxFrame bytes
-// (logic.max_frame_size; ≤ 0 means frame.DefaultMaxFrameSize).
-func New(st *store.Store, rdb redis.Cmdable, mb *mailbox.Service, maxFrame int, log *zap.Logger) *Service {
+// (logic.max_frame_size); it refuses a limit below 4 KiB, as the config
+// does.
+func New(st *store.Store, rdb redis.Cmdable, mb *mailbox.Service, maxFrame int, log *zap.Logger) (*Service, error) {
+	if maxFrame < 4<<10 {
+		return nil, fmt.Errorf("inbox: logic.max_frame_size %d must be at least 4096 bytes", maxFrame)
+	}
 	if log == nil {
 		log = zap.NewNop()
 	}
-	if maxFrame <= 0 {
-		maxFrame = frame.DefaultMaxFrameSize
-	}
-	return &Service{store: st, rdb: rdb, mailbox: mb, log: log, budget: protocol.PageBudget(maxFrame)}
+	return &Service{store: st, rdb: rdb, mailbox: mb, log: log, budget: protocol.PageBudget(maxFrame)}, nil
 }
 
 // User is the authenticated device asking.

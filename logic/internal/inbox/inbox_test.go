@@ -22,6 +22,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
@@ -65,11 +66,27 @@ func newEnv(t *testing.T, cfg message.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MsgIDWindow, cfg.EnqueueRetries, cfg.Partitions = 5*time.Minute, 2, partitions
-	groups := group.New(st, gen, group.Config{})
-	cfg.Conversations = conversation.NewResolver(st, gen.Next, nil, groups)
+	defaults := config.Default()
+	full := message.ConfigFrom(defaults)
+	full.EnqueueRetries, full.Partitions = 2, partitions
+	if cfg.RecallWindow != 0 {
+		full.RecallWindow = cfg.RecallWindow
+	}
+	groups, err := group.New(st, gen, group.Config{MaxMembers: defaults.Logic.GroupMaxMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full.Conversations = conversation.NewResolver(st, gen.Next, nil, groups)
 	mb := mailbox.New(st, gen)
-	return &env{t: t, st: st, rdb: rdb, gen: gen, send: message.New(st, rdb, gen, cfg, nil, nil), group: groups, mb: mb, inbox: inbox.New(st, rdb, mb, 0, nil)}
+	send, err := message.New(st, rdb, gen, full, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(st, rdb, mb, defaults.Logic.MaxFrameSize, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, st: st, rdb: rdb, gen: gen, send: send, group: groups, mb: mb, inbox: in}
 }
 
 func (e *env) users(n int) []int64 {
@@ -387,7 +404,12 @@ func TestRecall(t *testing.T) {
 	cid, m1 := e.msg(peer, me, "oops")
 	_, m2 := e.msg(me, peer, "reply")
 	e.syncAll(me, "0", 100) // states exist: the recall must invalidate them
-	tiny := message.New(e.st, e.rdb, e.gen, message.Config{RecallWindow: time.Millisecond, EnqueueRetries: 1, Partitions: partitions}, nil, nil)
+	tinyCfg := message.ConfigFrom(config.Default())
+	tinyCfg.RecallWindow, tinyCfg.EnqueueRetries, tinyCfg.Partitions = time.Millisecond, 1, partitions
+	tiny, err := message.New(e.st, e.rdb, e.gen, tinyCfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	time.Sleep(5 * time.Millisecond)
 
 	tests := []struct {

@@ -99,7 +99,10 @@ func TestMaximumMessagesSyncWithinTheFrameLimit(t *testing.T) {
 func TestSyncInboxPagesByBytes(t *testing.T) {
 	e := newEnv(t, message.Config{})
 	const maxFrame = 4096
-	small := inbox.New(e.st, e.rdb, e.mb, maxFrame, nil)
+	small, err := inbox.New(e.st, e.rdb, e.mb, maxFrame, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	u := e.users(31)
 	me, peers := u[0], u[1:]
 	want := map[int64]bool{}

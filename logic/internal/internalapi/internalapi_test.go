@@ -21,6 +21,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/msgid"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -106,7 +107,10 @@ func TestGroupMembersRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	groups := group.New(st, gen, group.Config{})
+	groups, err := group.New(st, gen, group.Config{MaxMembers: config.Default().Logic.GroupMaxMembers})
+	if err != nil {
+		t.Fatal(err)
+	}
 	members := make([]int64, 7)
 	for i := range members {
 		members[i] = testenv.RandomUserID()

@@ -29,9 +29,11 @@ func (e *env) paused(t *testing.T, machine int, cfg message.Config) (svc *messag
 		t.Fatal(err)
 	}
 	e.lease(t, machine)
-	cfg.MsgIDWindow, cfg.EnqueueRetries, cfg.Partitions = 5*time.Minute, 3, partitions
 	m = metrics.New(nil)
-	svc, start, queued = message.NewPaused(e.st, e.rdb, gen, cfg, nil, m)
+	svc, start, queued, err = message.NewPaused(e.st, e.rdb, gen, testConfig(cfg), nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(svc.Close)
 	return svc, gen, m, start, queued
 }
@@ -325,7 +327,10 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				s := message.New(e.st, e.rdb, g, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 3, Partitions: partitions, CommitWorkers: tt.workers}, nil, m)
+				s, err := message.New(e.st, e.rdb, g, testConfig(message.Config{CommitWorkers: tt.workers}), nil, m)
+				if err != nil {
+					t.Fatal(err)
+				}
 				t.Cleanup(s.Close)
 				svcs, ms = append(svcs, s), append(ms, m)
 			}
@@ -422,16 +427,39 @@ func TestSendBatchConcurrentOrder(t *testing.T) {
 	}
 }
 
-// The library's group-commit defaults are the config's: a Service built
-// with a zero Config, as tests build it, runs what production runs.
-func TestCommitDefaultsMatchConfig(t *testing.T) {
+// The service builds from the validated defaults alone and runs what
+// production runs; a value the config refuses (commit_workers 0, once
+// turned into 4 here) is refused, not replaced.
+func TestNewFromDefaults(t *testing.T) {
 	c, err := config.Load("")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Logic.CommitWorkers != message.DefaultCommitWorkers || c.Logic.CommitBatch != message.DefaultCommitBatch {
-		t.Fatalf("config commit_workers %d, commit_batch %d; library defaults %d, %d",
-			c.Logic.CommitWorkers, c.Logic.CommitBatch, message.DefaultCommitWorkers, message.DefaultCommitBatch)
+	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: 36})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := message.New(nil, nil, gen, message.ConfigFrom(c), nil, nil)
+	if err != nil {
+		t.Fatalf("New from the loaded defaults: %v", err)
+	}
+	svc.Close()
+	for _, tt := range []struct {
+		name   string
+		change func(*message.Config)
+	}{
+		{"zero Config", func(m *message.Config) { *m = message.Config{} }},
+		{"commit_workers 0", func(m *message.Config) { m.CommitWorkers = 0 }},
+		{"commit_batch 0", func(m *message.Config) { m.CommitBatch = 0 }},
+		{"enqueue_retries 0", func(m *message.Config) { m.EnqueueRetries = 0 }},
+		{"recall_window 0", func(m *message.Config) { m.RecallWindow = 0 }},
+		{"max_frame_size 0", func(m *message.Config) { m.MaxFrameSize = 0 }},
+	} {
+		mc := message.ConfigFrom(c)
+		tt.change(&mc)
+		if _, err := message.New(nil, nil, gen, mc, nil, nil); err == nil {
+			t.Errorf("%s accepted", tt.name)
+		}
 	}
 }
 

@@ -24,7 +24,10 @@ func BenchmarkSend(b *testing.B) {
 		b.Fatal(err)
 	}
 	m := metrics.New(nil)
-	svc := message.New(e.st, e.rdb, g, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 3, Partitions: partitions}, nil, m)
+	svc, err := message.New(e.st, e.rdb, g, testConfig(message.Config{}), nil, m)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(svc.Close)
 	const senders = 64
 	u := e.users(b, 2*senders)

@@ -20,12 +20,6 @@ import (
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
-// Group-commit defaults (logic.commit_workers, logic.commit_batch).
-const (
-	DefaultCommitWorkers = 4
-	DefaultCommitBatch   = 256
-)
-
 // maxBatchContent bounds the content bytes of one batch, so a batch of
 // large messages stays far below max_allowed_packet (16 MiB by default).
 const maxBatchContent = 1 << 20

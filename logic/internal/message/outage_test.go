@@ -51,7 +51,10 @@ func TestSendWithRedisDownAnswersBusyWithinTheEnqueueBudget(t *testing.T) {
 			// on a connection that never answers (decision 72).
 			rdb := redis.NewClient(&redis.Options{Addr: deadRedisAddr(t, mode), ContextTimeoutEnabled: true})
 			t.Cleanup(func() { _ = rdb.Close() })
-			svc := message.New(e.st, rdb, g, message.Config{MsgIDWindow: 5 * time.Minute, EnqueueRetries: 3, Partitions: partitions}, nil, e.metrics)
+			svc, err := message.New(e.st, rdb, g, testConfig(message.Config{}), nil, e.metrics)
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(svc.Close)
 			u := e.users(t, 2)
 			from := message.Sender{UserID: u[0], DeviceID: "d"}

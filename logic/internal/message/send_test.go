@@ -17,6 +17,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/queue"
@@ -49,6 +50,34 @@ func newEnv(t testing.TB) *env {
 	return &env{st: store.New(db), hw: hw, rdb: testenv.RedisDB(t, testredis.MessageDB), metrics: metrics.New(nil)}
 }
 
+// testConfig is the send path's config from config.Default() with the
+// test's partitions, and the fields set in over in place of their
+// defaults.
+func testConfig(over message.Config) message.Config {
+	c := message.ConfigFrom(config.Default())
+	c.Partitions = partitions
+	if over.MsgIDWindow != 0 {
+		c.MsgIDWindow = over.MsgIDWindow
+	}
+	if over.EnqueueRetries != 0 {
+		c.EnqueueRetries = over.EnqueueRetries
+	}
+	if over.RecallWindow != 0 {
+		c.RecallWindow = over.RecallWindow
+	}
+	if over.CommitWorkers != 0 {
+		c.CommitWorkers = over.CommitWorkers
+	}
+	if over.CommitBatch != 0 {
+		c.CommitBatch = over.CommitBatch
+	}
+	if over.MaxFrameSize != 0 {
+		c.MaxFrameSize = over.MaxFrameSize
+	}
+	c.Conversations = over.Conversations
+	return c
+}
+
 func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.Service, *msgid.Generator) {
 	t.Helper()
 	g, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine, Store: store.NewHighWater(e.hw)})
@@ -56,14 +85,10 @@ func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.S
 		t.Fatal(err)
 	}
 	e.lease(t, machine)
-	if cfg.MsgIDWindow == 0 {
-		cfg.MsgIDWindow = 5 * time.Minute
+	svc, err := message.New(e.st, e.rdb, g, testConfig(cfg), nil, e.metrics)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if cfg.EnqueueRetries == 0 {
-		cfg.EnqueueRetries = 3
-	}
-	cfg.Partitions = partitions
-	svc := message.New(e.st, e.rdb, g, cfg, nil, e.metrics)
 	t.Cleanup(svc.Close)
 	return svc, g
 }

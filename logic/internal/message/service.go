@@ -7,6 +7,7 @@ package message
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,7 +16,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
-	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/config"
 )
 
 // IDs issues ids (a *msgid.Generator).
@@ -33,28 +34,46 @@ type Config struct {
 	// Partitions is queue.partitions.
 	Partitions int
 	// RecallWindow is how long after sending the sender may recall a
-	// message (logic.recall_window); ≤ 0 means DefaultRecallWindow.
+	// message (logic.recall_window).
 	RecallWindow time.Duration
 	// CommitWorkers is the number of group-commit workers
-	// (logic.commit_workers), each running one transaction at a time;
-	// ≤ 0 means DefaultCommitWorkers. Every send goes through the group
-	// commit: there is no one-transaction-per-send mode to select, so
-	// tests run the path production runs.
+	// (logic.commit_workers), each running one transaction at a time.
+	// Every send goes through the group commit: there is no
+	// one-transaction-per-send mode to select, so tests run the path
+	// production runs.
 	CommitWorkers int
 	// CommitBatch is the most sends one group-commit transaction takes
-	// (logic.commit_batch); ≤ 0 means DefaultCommitBatch.
+	// (logic.commit_batch).
 	CommitBatch int
 	// MaxFrameSize is the clients' frame limit (logic.max_frame_size): a
-	// message is refused (41301) unless its MESSAGE push fits; ≤ 0 means
-	// frame.DefaultMaxFrameSize.
+	// message is refused (41301) unless its MESSAGE push fits.
 	MaxFrameSize int
 	// Conversations resolves and authorizes send targets; nil means a
 	// resolver whose P2P policy only requires that the recipient exists.
 	Conversations *conversation.Resolver
 }
 
-// DefaultRecallWindow is logic.recall_window's default.
-const DefaultRecallWindow = 2 * time.Minute
+// ConfigFrom takes the send path's settings from a loaded configuration
+// (Conversations left nil).
+func ConfigFrom(c *config.Config) Config {
+	return Config{
+		MsgIDWindow: c.Logic.MsgIDWindow, EnqueueRetries: c.Logic.EnqueueRetries, Partitions: c.Queue.Partitions,
+		RecallWindow: c.Logic.RecallWindow, MaxFrameSize: c.Logic.MaxFrameSize,
+		CommitWorkers: c.Logic.CommitWorkers, CommitBatch: c.Logic.CommitBatch,
+	}
+}
+
+// validate refuses what config.Validate refuses, so a Service built from
+// a hand-made Config cannot run with a value production would not start
+// with.
+func (c Config) validate() error {
+	if c.MsgIDWindow <= 0 || c.RecallWindow <= 0 || c.EnqueueRetries < 1 || c.Partitions < 1 ||
+		c.CommitWorkers < 1 || c.CommitBatch < 1 || c.MaxFrameSize < 4<<10 {
+		return fmt.Errorf("message: invalid config (logic.msg_id_window %v, logic.recall_window %v, logic.enqueue_retries %d, queue.partitions %d, logic.commit_workers %d, logic.commit_batch %d, logic.max_frame_size %d): start from config.Default()",
+			c.MsgIDWindow, c.RecallWindow, c.EnqueueRetries, c.Partitions, c.CommitWorkers, c.CommitBatch, c.MaxFrameSize)
+	}
+	return nil
+}
 
 // Service sends messages.
 type Service struct {
@@ -75,30 +94,15 @@ type Service struct {
 }
 
 // newService returns a Service with its committer built but not started.
-func newService(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) *Service {
-	if cfg.EnqueueRetries < 1 {
-		cfg.EnqueueRetries = 1
-	}
-	if cfg.Partitions < 1 {
-		cfg.Partitions = 1
-	}
-	if cfg.RecallWindow <= 0 {
-		cfg.RecallWindow = DefaultRecallWindow
+func newService(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) (*Service, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	if log == nil {
 		log = zap.NewNop()
 	}
 	if m == nil {
 		m = metrics.New(nil)
-	}
-	if cfg.CommitWorkers <= 0 {
-		cfg.CommitWorkers = DefaultCommitWorkers
-	}
-	if cfg.CommitBatch <= 0 {
-		cfg.CommitBatch = DefaultCommitBatch
-	}
-	if cfg.MaxFrameSize <= 0 {
-		cfg.MaxFrameSize = frame.DefaultMaxFrameSize
 	}
 	if cfg.Conversations == nil {
 		cfg.Conversations = conversation.NewResolver(st, ids.Next, nil, nil)
@@ -108,14 +112,18 @@ func newService(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *za
 		convs: cfg.Conversations, machines: newMachineLeases(rdb),
 	}
 	s.committer = newCommitter(s, cfg.CommitWorkers, cfg.CommitBatch)
-	return s
+	return s, nil
 }
 
-// New returns a Service whose group-commit workers run.
-func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) *Service {
-	s := newService(st, rdb, ids, cfg, log, m)
+// New returns a Service whose group-commit workers run; it refuses a
+// Config with a value config.Validate would refuse.
+func New(st *store.Store, rdb redis.Cmdable, ids IDs, cfg Config, log *zap.Logger, m *metrics.Metrics) (*Service, error) {
+	s, err := newService(st, rdb, ids, cfg, log, m)
+	if err != nil {
+		return nil, err
+	}
 	s.committer.start(s.cfg.CommitWorkers)
-	return s
+	return s, nil
 }
 
 // Close stops the group-commit workers after their current batch; sends

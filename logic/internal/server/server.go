@@ -212,23 +212,32 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	groupSvc := group.New(st, ids, group.Config{MaxMembers: lc.GroupMaxMembers})
-	sendSvc := message.New(st, rdb, ids, message.Config{
-		MsgIDWindow: lc.MsgIDWindow, EnqueueRetries: lc.EnqueueRetries, Partitions: cfg.Queue.Partitions,
-		RecallWindow: lc.RecallWindow, MaxFrameSize: lc.MaxFrameSize,
-		CommitWorkers: lc.CommitWorkers, CommitBatch: lc.CommitBatch,
-		Conversations: conversation.NewResolver(st, ids.Next, relSvc, groupSvc),
-	}, log, m)
+	groupSvc, err := group.New(st, ids, group.Config{MaxMembers: lc.GroupMaxMembers})
+	if err != nil {
+		return err
+	}
+	sendCfg := message.ConfigFrom(cfg)
+	sendCfg.Conversations = conversation.NewResolver(st, ids.Next, relSvc, groupSvc)
+	sendSvc, err := message.New(st, rdb, ids, sendCfg, log, m)
+	if err != nil {
+		return err
+	}
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
-	inboxSvc := inbox.New(st, rdb, mb, lc.MaxFrameSize, log)
+	inboxSvc, err := inbox.New(st, rdb, mb, lc.MaxFrameSize, log)
+	if err != nil {
+		return err
+	}
 	// One notifier for both front doors: a change pushes its control
 	// events the same way whichever door made it.
 	notifier := notify.New(rdb, cfg.Queue.Partitions)
-	gw := gateway.NewServer(base, &gateway.Handler{
+	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier,
-		Limits: limits, Log: log, Metrics: m,
+		Limits: limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
 	}, gates, log)
+	if err != nil {
+		return err
+	}
 
 	guard := clusterauth.NewGuard(cfg.Cluster.Secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix, api.Prefix)
 	keys := api.NewKeyGuard(lc.APIKeys)
