@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/metricname"
 )
 
@@ -14,7 +15,7 @@ import (
 // New fills shows them all.
 func TestMetricNamesFollowScheme(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	if _, err := New(Options{ClusterSecret: testSecret, Logger: zap.NewNop(), Registry: reg}); err != nil {
+	if _, err := New(Options{Gate: config.Default().Gate, ClusterSecret: testSecret, Logger: zap.NewNop(), Registry: reg}); err != nil {
 		t.Fatal(err)
 	}
 	if err := metricname.CheckGathered("gate", reg); err != nil {
