@@ -78,11 +78,15 @@ func run(cfgPath string) error {
 		return err
 	}
 	defer func() { _ = logics.Close() }()
-	fo := fanout.New(rdb, gates, logics, d.PushTimeout, log, m)
+	fo, err := fanout.New(rdb, gates, logics, d.PushTimeout, log, m)
+	if err != nil {
+		return err
+	}
 	fo.SetMembers(members.New(logics, 0))
-	svc := service.New(rdb, service.Config{
-		ID: d.ID, Partitions: cfg.Queue.Partitions, BatchSize: d.BatchSize, LeaseTTL: d.LeaseTTL,
-	}, fo, log, m)
+	svc, err := service.New(rdb, service.ConfigFrom(cfg), fo, log, m)
+	if err != nil {
+		return err
+	}
 
 	var shuttingDown atomic.Bool
 	adm, err := admin.Listen(d.AdminAddr, reg, func() error {

@@ -61,8 +61,14 @@ func BenchmarkBatch64(b *testing.B) {
 	pool := gateclient.New(rdb, secret, time.Minute)
 	b.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	fo := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
-	c := New(rdb, Config{Name: "bench", BatchSize: batch}, fo, zap.NewNop(), m)
+	fo, err := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
+	if err != nil {
+		b.Fatal(err)
+	}
+	c, err := New(rdb, Config{Name: "bench", BatchSize: batch, Block: time.Second}, fo, zap.NewNop(), m)
+	if err != nil {
+		b.Fatal(err)
+	}
 	if err := EnsureGroup(ctx, rdb, p); err != nil {
 		b.Fatal(err)
 	}

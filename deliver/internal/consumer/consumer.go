@@ -68,15 +68,13 @@ type Consumer struct {
 	m    *metrics.Metrics
 }
 
-// New returns a Consumer.
-func New(rdb redis.Cmdable, cfg Config, proc Processor, log *zap.Logger, m *metrics.Metrics) *Consumer {
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 64
+// New returns a Consumer; it refuses a BatchSize (deliver.batch_size) or
+// Block that is not positive.
+func New(rdb redis.Cmdable, cfg Config, proc Processor, log *zap.Logger, m *metrics.Metrics) (*Consumer, error) {
+	if cfg.BatchSize < 1 || cfg.Block <= 0 {
+		return nil, fmt.Errorf("consumer: deliver.batch_size %d and the read block %v must be positive", cfg.BatchSize, cfg.Block)
 	}
-	if cfg.Block <= 0 {
-		cfg.Block = time.Second
-	}
-	return &Consumer{rdb: rdb, cfg: cfg, proc: proc, log: log, m: m}
+	return &Consumer{rdb: rdb, cfg: cfg, proc: proc, log: log, m: m}, nil
 }
 
 // EnsureGroup creates the consumer group of partition p (and its stream),

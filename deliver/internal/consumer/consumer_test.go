@@ -4,6 +4,7 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -84,7 +85,7 @@ func TestBatchWithMalformedEntry(t *testing.T) {
 	}
 	rec := &batchRecorder{}
 	m := metrics.New(prometheus.NewRegistry())
-	c := New(rdb, Config{Name: "t"}, rec, zap.NewNop(), m)
+	c := mustNew(t, rdb, Config{Name: "t", BatchSize: 64, Block: time.Second}, rec, zap.NewNop(), m)
 	if !c.handleEntries(ctx, ctx, p, res[0].Messages, zap.NewNop()) {
 		t.Fatal("batch not handled")
 	}
@@ -105,4 +106,14 @@ func TestBatchWithMalformedEntry(t *testing.T) {
 	if v := testutil.ToFloat64(m.Jobs.WithLabelValues(metrics.ResultMalformed)); v != 1 {
 		t.Fatalf("malformed metric %v", v)
 	}
+}
+
+// mustNew is New for a test, which fails on an error.
+func mustNew(t testing.TB, rdb redis.Cmdable, cfg Config, proc Processor, log *zap.Logger, m *metrics.Metrics) *Consumer {
+	t.Helper()
+	c, err := New(rdb, cfg, proc, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -100,7 +100,7 @@ func TestNextBatchIsReadWhileTheCurrentIsProcessedAndReleasedOnStop(t *testing.T
 	addJobs(t, rdb, p, 1, 2, 3, 4, 5, 6)
 
 	proc := &holdingProcessor{held: make(chan struct{}), release: make(chan struct{})}
-	c := New(rdb, Config{Name: "readahead", BatchSize: 2, Block: 100 * time.Millisecond}, proc, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	c := mustNew(t, rdb, Config{Name: "readahead", BatchSize: 2, Block: 100 * time.Millisecond}, proc, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	stop := make(chan struct{})
 	ran := make(chan struct{})
 	go func() {
@@ -141,7 +141,7 @@ func TestNextBatchIsReadWhileTheCurrentIsProcessedAndReleasedOnStop(t *testing.T
 
 	// The next owner takes the released batch first, then the rest, in order.
 	next := &batchRecorder{}
-	c2 := New(rdb, Config{Name: "next-owner", BatchSize: 2, Block: 100 * time.Millisecond}, next, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	c2 := mustNew(t, rdb, Config{Name: "next-owner", BatchSize: 2, Block: 100 * time.Millisecond}, next, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	stop2 := make(chan struct{})
 	ran2 := make(chan struct{})
 	go func() {
@@ -196,7 +196,7 @@ func TestJobOfTheBatchBeingAckedIsADuplicate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			rec := &batchRecorder{}
 			m := metrics.New(prometheus.NewRegistry())
-			c := New(nil, Config{Name: "t"}, rec, zap.NewNop(), m)
+			c := mustNew(t, nil, Config{Name: "t", BatchSize: 64, Block: time.Second}, rec, zap.NewNop(), m)
 			decoded, ok := c.processEntries(context.Background(), context.Background(), 1, msgs, tt.prev, zap.NewNop())
 			if !ok {
 				t.Fatal("batch not processed")

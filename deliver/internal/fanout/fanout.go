@@ -160,18 +160,19 @@ type Members interface {
 // SetMembers makes f expand group jobs with m. Call it before processing.
 func (f *Fanout) SetMembers(m Members) { f.members = m }
 
-// New returns a Fanout. mailbox may be nil: missed pushes are then only
-// counted (sync still brings the messages).
-func New(rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Duration, log *zap.Logger, m *metrics.Metrics) *Fanout {
+// New returns a Fanout pushing with pushTimeout (deliver.push_timeout,
+// positive). mailbox may be nil: missed pushes are then only counted
+// (sync still brings the messages).
+func New(rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Duration, log *zap.Logger, m *metrics.Metrics) (*Fanout, error) {
 	if pushTimeout <= 0 {
-		pushTimeout = 3 * time.Second
+		return nil, fmt.Errorf("fanout: deliver.push_timeout %v must be positive", pushTimeout)
 	}
 	f := &Fanout{
 		rdb: rdb, gates: gates, mailbox: mailbox, ids: envelope.NewIDSource(), pushTimeout: pushTimeout,
 		log: log, m: m, cad: redis.NewScript(route.CompareAndDeleteScript),
 	}
 	f.rounds = newRounds(f.process)
-	return f
+	return f, nil
 }
 
 // Process handles one job: a batch of one.

@@ -146,7 +146,7 @@ func TestProcessPushesOncePerGate(t *testing.T) {
 
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	data := []byte(`{"msg_id":"77","text":"hi"}`)
 	job := &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: 77, ConversationId: 5, SenderId: 1, SenderDevice: "phone",
 		Recipients: []int64{1, 2}, PushData: data, EnqueuedAtMs: time.Now().UnixMilli()}
@@ -235,7 +235,7 @@ func TestProcessGateUnreachable(t *testing.T) {
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	f := New(rdb, pool, nil, 500*time.Millisecond, zap.NewNop(), m)
+	f := mustNew(t, rdb, pool, nil, 500*time.Millisecond, zap.NewNop(), m)
 	start := time.Now()
 	if err := f.Process(ctx, 1, &queuev1.DeliverJob{MsgId: 1, SenderId: 1, SenderDevice: "p", Recipients: []int64{1, 2}}); err != nil {
 		t.Fatal(err)
@@ -300,7 +300,7 @@ func TestMessageUpdatesLists(t *testing.T) {
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
 
 	job := messageJob(77, cid, `{"text":"hello there"}`)
 	// Processed twice without an ack in between: a redelivery (the first
@@ -397,7 +397,7 @@ func TestMessageAbsentStateOnlyBumpsVersion(t *testing.T) {
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 6
 	seedState(t, rdb, 1, cid+100, dialog.State{Type: 1, PeerID: 3}) // another conversation
 	ver0, _ := rdb.Get(ctx, dialog.VersionKey(1)).Int64()
@@ -445,7 +445,7 @@ func TestSignalPushesCommandOnly(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lc.Close() })
 	g1.SetDropped(3)
-	f := New(rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 
 	tests := []struct {
 		name       string
@@ -540,7 +540,7 @@ func TestMissedPushesGoToMailbox(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = lc.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	f := New(rdb, pool, lc, time.Second, zap.NewNop(), m)
+	f := mustNew(t, rdb, pool, lc, time.Second, zap.NewNop(), m)
 
 	const cid, mid = 8, 123
 	if err := f.Process(ctx, cid, messageJob(mid, cid, `{"text":"hi"}`)); err != nil {
@@ -643,7 +643,7 @@ func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
 	}
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 
 	var jobs []*queuev1.DeliverJob
 	perConv := map[int64]int{}
@@ -733,7 +733,7 @@ func TestBatchListsAfterScriptFlush(t *testing.T) {
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 9
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, Base: 1})
 	// Redis forgot its scripts (restart): the pipelined EVALSHAs fail with
@@ -758,7 +758,7 @@ func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 12
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 100, LastRead: 100, Base: 100})
 	seedState(t, rdb, 1, cid, dialog.State{Type: 1, PeerID: 2, LastMsgID: 100, LastRead: 100, Base: 100})
@@ -801,7 +801,7 @@ func TestMutedConversationCountsNoUnread(t *testing.T) {
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 13
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Muted: true})
 	if err := f.ProcessBatch(ctx, cid, []*queuev1.DeliverJob{messageJob(11, cid, `{"text":"a"}`), messageJob(12, cid, `{"text":"b"}`)}); err != nil {
@@ -845,7 +845,7 @@ func TestGroupJobExpandsMembers(t *testing.T) {
 	}
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	src := &groupMembers{ids: []int64{31, 32, 33}}
 	f.SetMembers(src)
 	groupJob := func(msgID int64, noUnread bool) *queuev1.DeliverJob {
@@ -913,7 +913,7 @@ func TestGroupRecallDoesMemberWork(t *testing.T) {
 	t.Cleanup(func() { _ = lc.Close() })
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	f := New(rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f := mustNew(t, rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	f.SetMembers(&groupMembers{ids: []int64{31, 32, 33}})
 	recall := func() *queuev1.DeliverJob {
 		return &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: 9, MsgId: 10, ConversationId: cid, ConversationType: 2,
@@ -960,4 +960,14 @@ func TestGroupRecallDoesMemberWork(t *testing.T) {
 	if fmt.Sprint(conns) != "[2 3]" {
 		t.Fatalf("recall pushed to connections %v, want [2 3]", conns)
 	}
+}
+
+// mustNew is New for a test, which fails on an error.
+func mustNew(t testing.TB, rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Duration, log *zap.Logger, m *metrics.Metrics) *Fanout {
+	t.Helper()
+	f, err := New(rdb, gates, mailbox, pushTimeout, log, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -20,9 +20,6 @@ import (
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
-// DefaultTimeout bounds one AppendMailbox over every logic tried.
-const DefaultTimeout = 2 * time.Second
-
 // Pool holds one Internal client per logic address. It is safe for
 // concurrent use.
 type Pool struct {
@@ -35,14 +32,15 @@ type Pool struct {
 }
 
 // New prepares clients for addrs, authenticated with the cluster secret.
-// Connections are made lazily on first use. timeout <= 0 means
-// DefaultTimeout.
+// Connections are made lazily on first use. timeout
+// (deliver.logic_timeout, positive) bounds one AppendMailbox over every
+// logic tried.
 func New(addrs []string, secret string, timeout time.Duration) (*Pool, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("logicclient: deliver.logic_addrs is empty")
 	}
 	if timeout <= 0 {
-		timeout = DefaultTimeout
+		return nil, fmt.Errorf("logicclient: deliver.logic_timeout %v must be positive", timeout)
 	}
 	p := &Pool{addrs: addrs, timeout: timeout}
 	for _, addr := range addrs {

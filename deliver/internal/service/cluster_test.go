@@ -7,12 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
-
 	"github.com/sparkim/spark/deliver/internal/fanout"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
-	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/testredis"
@@ -40,7 +36,7 @@ func TestQueueLeasesAndFanOutWorkOnRedisCluster(t *testing.T) {
 	newFanout := func() *fanout.Fanout {
 		pool := gateclient.New(rdb, secret, time.Minute)
 		t.Cleanup(func() { _ = pool.Close() })
-		return fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+		return mustFanout(t, rdb, pool)
 	}
 	a := start(t, rdb, "a", newFanout())
 	b := start(t, rdb, "b", newFanout())

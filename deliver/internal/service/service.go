@@ -15,6 +15,7 @@ import (
 	"github.com/sparkim/spark/deliver/internal/consumer"
 	"github.com/sparkim/spark/deliver/internal/lease"
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/retry"
 )
 
@@ -24,14 +25,34 @@ type Config struct {
 	Partitions int
 	BatchSize  int
 	LeaseTTL   time.Duration
-	// Block is the XREADGROUP BLOCK time (default 1 s).
+	// Block is the XREADGROUP BLOCK time.
 	Block time.Duration
 	// Drain bounds how long in-flight jobs may finish after shutdown
-	// starts (default 5 s); unfinished ones stay pending for the next owner.
+	// starts; unfinished ones stay pending for the next owner.
 	Drain time.Duration
 	// SampleEvery is how often the per-partition queue gauges are read
-	// from Redis (default 5 s, a typical scrape interval).
+	// from Redis.
 	SampleEvery time.Duration
+}
+
+// Timings of a deliver instance that are not configuration keys.
+const (
+	// readBlock is one XREADGROUP's wait: short enough that a partition
+	// given up is noticed within it.
+	readBlock = time.Second
+	// drainTimeout bounds the jobs in flight at shutdown.
+	drainTimeout = 5 * time.Second
+	// sampleEvery is a typical scrape interval.
+	sampleEvery = 5 * time.Second
+)
+
+// ConfigFrom takes the instance's settings from a loaded configuration,
+// with the timings above.
+func ConfigFrom(c *config.Config) Config {
+	return Config{
+		ID: c.Deliver.ID, Partitions: c.Queue.Partitions, BatchSize: c.Deliver.BatchSize, LeaseTTL: c.Deliver.LeaseTTL,
+		Block: readBlock, Drain: drainTimeout, SampleEvery: sampleEvery,
+	}
 }
 
 // Service is one deliver instance.
@@ -46,23 +67,24 @@ type Service struct {
 	groups  atomic.Bool
 }
 
-// New returns a Service that hands decoded jobs to proc.
-func New(rdb redis.UniversalClient, cfg Config, proc consumer.Processor, log *zap.Logger, m *metrics.Metrics) *Service {
-	if cfg.Drain <= 0 {
-		cfg.Drain = 5 * time.Second
+// New returns a Service that hands decoded jobs to proc; it refuses a
+// Config with an empty ID or a value that is not positive (start from
+// ConfigFrom).
+func New(rdb redis.UniversalClient, cfg Config, proc consumer.Processor, log *zap.Logger, m *metrics.Metrics) (*Service, error) {
+	if cfg.ID == "" || cfg.Partitions < 1 || cfg.LeaseTTL <= 0 || cfg.Drain <= 0 || cfg.SampleEvery <= 0 {
+		return nil, fmt.Errorf("service: invalid config (deliver.id %q, queue.partitions %d, deliver.lease_ttl %v, drain %v, sample every %v)",
+			cfg.ID, cfg.Partitions, cfg.LeaseTTL, cfg.Drain, cfg.SampleEvery)
 	}
-	if cfg.Block <= 0 {
-		cfg.Block = time.Second
-	}
-	if cfg.SampleEvery <= 0 {
-		cfg.SampleEvery = 5 * time.Second
+	cons, err := consumer.New(rdb, consumer.Config{Name: cfg.ID, BatchSize: cfg.BatchSize, Block: cfg.Block}, proc, log, m)
+	if err != nil {
+		return nil, err
 	}
 	return &Service{
 		rdb: rdb, cfg: cfg, log: log, m: m,
 		leases:  lease.New(rdb, lease.Config{ID: cfg.ID, Partitions: cfg.Partitions, TTL: cfg.LeaseTTL}, log, m),
-		cons:    consumer.New(rdb, consumer.Config{Name: cfg.ID, BatchSize: cfg.BatchSize, Block: cfg.Block}, proc, log, m),
+		cons:    cons,
 		started: make(chan struct{}),
-	}
+	}, nil
 }
 
 // Started is closed once the consumer groups exist and partitions are being

@@ -18,7 +18,9 @@ import (
 	"github.com/sparkim/spark/deliver/internal/fanout"
 	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
+	"github.com/sparkim/spark/deliver/internal/logicclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
@@ -106,8 +108,12 @@ func start(t *testing.T, rdb redis.UniversalClient, id string, proc fanoutProces
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)).With(zap.String("deliver_id", id))
-	svc := New(rdb, Config{ID: id, Partitions: partitions, BatchSize: 8, LeaseTTL: leaseTTL, Block: 200 * time.Millisecond, Drain: time.Second},
-		proc, log, metrics.New(prometheus.NewRegistry()))
+	cfg := ConfigFrom(config.Default())
+	cfg.ID, cfg.Partitions, cfg.BatchSize, cfg.LeaseTTL, cfg.Block, cfg.Drain = id, partitions, 8, leaseTTL, 200*time.Millisecond, time.Second
+	svc, err := New(rdb, cfg, proc, log, metrics.New(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
 	in := &instance{t: t, svc: svc, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(in.done)
@@ -217,7 +223,10 @@ func TestFanOutThroughQueue(t *testing.T) {
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
-	fo := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
+	fo, err := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// Jobs enqueued before deliver starts are kept (group created from 0).
 	const n = 20
@@ -400,7 +409,7 @@ func TestRedeliveredJobCountsOnce(t *testing.T) {
 	}
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
-	fo := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	fo := mustFanout(t, rdb, pool)
 
 	// A crashed owner read the job and fanned it out, but never acked it.
 	if err := consumer.EnsureGroup(ctx, rdb, 0); err != nil {
@@ -451,5 +460,66 @@ func TestRedeliveredJobCountsOnce(t *testing.T) {
 	}
 	if n, _ := rdb.Exists(ctx, rediskey.DeliverDone(0, 8)).Result(); n != 0 {
 		t.Fatal("signal left a done marker")
+	}
+}
+
+// mustFanout is a fan-out over pool with a 2 s push timeout.
+func mustFanout(t testing.TB, rdb redis.Cmdable, pool *gateclient.Pool) *fanout.Fanout {
+	t.Helper()
+	f, err := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// The instance builds from the validated defaults alone, as the deliver
+// command wires it, and refuses a zero it used to replace with a default.
+func TestNewFromDefaults(t *testing.T) {
+	c := config.Default()
+	c.Cluster.Secret = secret
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	d := c.Deliver
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: nothing runs
+	t.Cleanup(func() { _ = rdb.Close() })
+	gates := gateclient.New(rdb, c.Cluster.Secret, 0)
+	t.Cleanup(func() { _ = gates.Close() })
+	logics, err := logicclient.New(d.LogicAddrs, c.Cluster.Secret, d.LogicTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = logics.Close() })
+	m := metrics.New(prometheus.NewRegistry())
+	fo, err := fanout.New(rdb, gates, logics, d.PushTimeout, zap.NewNop(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(rdb, ConfigFrom(c), fo, zap.NewNop(), m); err != nil {
+		t.Fatalf("New from config.Default(): %v", err)
+	}
+	for _, tt := range []struct {
+		name string
+		err  error
+	}{
+		{"push_timeout 0", func() error { _, err := fanout.New(rdb, gates, logics, 0, zap.NewNop(), m); return err }()},
+		{"logic_timeout 0", func() error { _, err := logicclient.New(d.LogicAddrs, c.Cluster.Secret, 0); return err }()},
+		{"batch_size 0", func() error {
+			cfg := ConfigFrom(c)
+			cfg.BatchSize = 0
+			_, err := New(rdb, cfg, fo, zap.NewNop(), m)
+			return err
+		}()},
+		{"no id", func() error {
+			cfg := ConfigFrom(c)
+			cfg.ID = ""
+			_, err := New(rdb, cfg, fo, zap.NewNop(), m)
+			return err
+		}()},
+	} {
+		if tt.err == nil {
+			t.Errorf("%s accepted", tt.name)
+		}
 	}
 }
