@@ -104,7 +104,6 @@ export IM_LOGIC_MYSQL_DSN='$mysql_dsn'
 export IM_LOGIC_REDIS_ADDR='$redis_addr'
 export IM_DELIVER_REDIS_ADDR='$redis_addr'
 export SPARK_TEST_MYSQL_DSN='$mysql_server'
-export SPARK_TEST_REDIS_ADDR='$redis_addr'
 # Processes this invocation started (make run stops them on exit).
 export SPARK_STARTED_PIDS='${started# }'
 ENV

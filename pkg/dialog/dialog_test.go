@@ -12,7 +12,7 @@ import (
 
 func testRedis(t *testing.T) *redis.Client {
 	t.Helper()
-	return testredis.Open(t, testredis.DialogDB)
+	return testredis.Open(t)
 }
 
 func TestApplyColdInvalidate(t *testing.T) {

@@ -59,8 +59,8 @@ func TestOpenReachesKeysOnEveryClusterMasterAndASingleServer(t *testing.T) {
 		cfg  func(t *testing.T) config.Redis
 	}{
 		{"single server", func(t *testing.T) config.Redis {
-			testredis.Open(t, testredis.RedisConnDB) // fails the test when the test Redis is down; flushes the DB
-			return config.Redis{Addr: testredis.Addr(), DB: testredis.RedisConnDB}
+			// A DB other than 0, so the configured one is the one used.
+			return config.Redis{Addr: testredis.Open(t).Options().Addr, DB: 3}
 		}},
 		{"three-master cluster", func(t *testing.T) config.Redis {
 			return config.Redis{Addrs: testredis.StartCluster(t)}

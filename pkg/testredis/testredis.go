@@ -1,46 +1,24 @@
-// Package testredis is the one table of the Redis DB indexes unit-test
-// packages use, and the helper that opens them.
+// Package testredis gives unit tests a Redis of their own: Open starts one
+// private redis-server per test binary (one package's tests) on loopback,
+// so packages that `go test` runs in parallel never share a keyspace, and
+// no table of DB numbers has to be kept in step (decision 80). Cluster-mode
+// checks start a private 3-master Redis Cluster per test instead
+// (StartCluster, OpenCluster in cluster.go). End-to-end tests (tests/e2e)
+// and the bench start their own redis-server per cluster.
 //
-// Rule: every test package that touches the shared test Redis
-// (SPARK_TEST_REDIS_ADDR, default 127.0.0.1:6379) uses the DB index listed
-// for it below and no other, and no two packages share an index. `go test`
-// runs packages in parallel, and several of them FLUSHDB their DB at the
-// start of a test: a shared index lets one package wipe another's keys
-// mid-test. DB 0 belongs to `make run` and is never used by tests.
-// End-to-end tests (tests/e2e) and the bench start a private redis-server
-// per cluster and appear here only for completeness.
-//
-// A package that needs Redis in its tests takes the next free index here;
-// past 15 (Redis's default of 16 DBs), switch the packages to a private
-// redis-server each, as tests/framework.StartRedis does.
-//
-// | DB | package                     | flushes |
-// | -- | --------------------------- | ------- |
-// |  0 | (make run, never tests)     |         |
-// |  1 | pkg/dialog                  | yes     |
-// |  2 | logic/internal/inbox        | yes     |
-// |  3 | logic/internal/lease        | yes     |
-// |  4 | logic/internal/server       | yes     |
-// |  5 | logic/internal/gateway      | yes     |
-// |  6 | logic/internal/message      | yes     |
-// |  7 | deliver/internal/consumer   | yes     |
-// |  8 | deliver/internal/fanout     | yes     |
-// |  9 | deliver/internal/service    | yes     |
-// | 10 | logic/internal/api          | yes     |
-// | 11 | logic/internal/notify       | yes     |
-// | 12 | logic/internal/ratelimit    | yes     |
-// | 13 | pkg/redisconn               | yes     |
-// | 14 | deliver/internal/lease      | yes     |
-// | –  | deliver/internal/service outage_test, tests/e2e, bench: private redis-server |
-//
-// Cluster-mode checks start a private 3-master Redis Cluster per test
-// (StartCluster, OpenCluster in cluster.go) instead of a DB index: a
-// cluster has only DB 0.
+// A missing or failing redis-server fails the test, never skips it: a test
+// that skips when its service is missing passes in CI without checking
+// anything (make services installs redis-server).
 package testredis
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -48,70 +26,92 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The DB index of each test package; see the table above.
-const (
-	DialogDB   = 1
-	InboxDB    = 2
-	LeaseDB    = 3
-	ServerDB   = 4
-	GatewayDB  = 5
-	MessageDB  = 6
-	ConsumerDB = 7
-	FanoutDB   = 8
-	ServiceDB  = 9
-	APIDB      = 10
-	NotifyDB   = 11
-	// RateLimitDB is logic/internal/ratelimit's.
-	RateLimitDB = 12
-	// RedisConnDB is pkg/redisconn's.
-	RedisConnDB = 13
-	// DeliverLeaseDB is deliver/internal/lease's: its keys have fixed
-	// names, so it needs a DB of its own.
-	DeliverLeaseDB = 14
-)
-
-// AddrEnv names the environment variable that overrides DefaultAddr.
-const AddrEnv = "SPARK_TEST_REDIS_ADDR"
-
-// DefaultAddr is the test Redis when AddrEnv is unset.
-const DefaultAddr = "127.0.0.1:6379"
-
-// Addr returns the test Redis address.
-func Addr() string {
-	if v := os.Getenv(AddrEnv); v != "" {
-		return v
-	}
-	return DefaultAddr
+// private is the test binary's redis-server, started by the first Open.
+// It is the package's only state: a test binary runs one package.
+var private struct {
+	once sync.Once
+	addr string
+	err  error
 }
 
-// flushed records the DBs this test binary (one package) already flushed.
-var flushed sync.Map
-
-// Open returns a client on DB index db of the test Redis, closed when the
-// test ends. The first Open of a DB in a test binary flushes it, so keys of
-// an earlier run never leak in; later Opens do not, so a test holding two
-// clients never loses its own keys. An unreachable Redis fails the test: a
-// test that skips when its service is missing passes in CI without
-// checking anything (make services starts one).
-func Open(t testing.TB, db int) *redis.Client {
+// Open returns a client of the test binary's private Redis, closed when
+// the test ends. The server starts empty with the first Open of the
+// binary and lives as long as the binary, so the package's tests share it
+// (they use random ids, or flush it themselves) and a test holding two
+// clients sees its own keys through both. A redis-server that is missing
+// or does not start fails the test.
+func Open(t testing.TB) *redis.Client {
 	t.Helper()
-	if db <= 0 || db > 15 {
-		t.Fatalf("testredis: DB %d is not a test DB (1..15, from the table in pkg/testredis)", db)
+	private.once.Do(func() { private.addr, private.err = startPrivate() })
+	if private.err != nil {
+		t.Fatalf("test Redis: %v", private.err)
 	}
-	addr := Addr()
-	rdb := redis.NewClient(&redis.Options{Addr: addr, DB: db})
+	rdb := redis.NewClient(&redis.Options{Addr: private.addr})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if err := rdb.Ping(ctx).Err(); err != nil {
 		_ = rdb.Close()
-		t.Fatalf("test Redis unreachable at %s (set %s, or run `make services`): %v", addr, AddrEnv, err)
-	}
-	if _, done := flushed.LoadOrStore(db, true); !done {
-		if err := rdb.FlushDB(ctx).Err(); err != nil {
-			_ = rdb.Close()
-			t.Fatalf("flush test Redis DB %d at %s: %v", db, addr, err)
-		}
+		t.Fatalf("test Redis unreachable at %s: %v", private.addr, err)
 	}
 	t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// startPrivate starts a redis-server on a free loopback port that dies
+// with the test binary, and waits until it answers. A port taken between
+// FreePorts and the server's bind is retried on another.
+func startPrivate() (string, error) {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		return "", fmt.Errorf("redis-server not found (make services installs it): %w", err)
+	}
+	var last error
+	for range 3 {
+		ports, err := FreePorts(1)
+		if err != nil {
+			return "", err
+		}
+		addr := "127.0.0.1:" + strconv.Itoa(ports[0])
+		exited, err := startServer(bin, ports[0])
+		if err != nil {
+			return "", err
+		}
+		if last = waitPing(addr, 10*time.Second); last == nil {
+			return addr, nil
+		}
+		select {
+		case out := <-exited:
+			last = fmt.Errorf("redis-server on %s exited: %s", addr, bytes.TrimSpace(out))
+		default:
+		}
+	}
+	return "", last
+}
+
+// startServer starts redis-server on port and returns a channel that
+// yields its output if it exits. Nothing stops it explicitly: there is no
+// hook at a test binary's exit, so it is started with a parent-death
+// signal (where the OS has one) from a goroutine that keeps its OS thread
+// for the life of the binary, since the signal follows the thread that
+// started the child, not the process.
+func startServer(bin string, port int) (<-chan []byte, error) {
+	started := make(chan error, 1)
+	exited := make(chan []byte, 1)
+	go func() {
+		// Never unlocked: the thread ends only when the server has exited.
+		runtime.LockOSThread()
+		var out bytes.Buffer
+		cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port),
+			"--dir", os.TempDir(), "--save", "", "--appendonly", "no", "--loglevel", "warning")
+		cmd.Stdout, cmd.Stderr = &out, &out
+		cmd.SysProcAttr = dieWithParent()
+		if err := cmd.Start(); err != nil {
+			started <- fmt.Errorf("start redis-server: %w", err)
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		exited <- out.Bytes()
+	}()
+	return exited, <-started
 }

@@ -19,12 +19,8 @@ import (
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
-	"github.com/sparkim/spark/pkg/testredis"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
-
-// testDB is this package's Redis DB, its own in the table of pkg/testredis.
-const testDB = testredis.ConsumerDB
 
 const secret = "test-secret"
 
@@ -38,7 +34,7 @@ func BenchmarkBatch64(b *testing.B) {
 		p     = 3
 		convs = 8
 	)
-	rdb := gatetest.Redis(b, testDB)
+	rdb := gatetest.Redis(b)
 	ctx := context.Background()
 	gatetest.Start(b, rdb, "g1", secret)
 	gatetest.Start(b, rdb, "g2", secret)

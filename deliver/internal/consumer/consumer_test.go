@@ -55,7 +55,7 @@ func (r *batchRecorder) ProcessBatch(_ context.Context, _ int, jobs []*queuev1.D
 }
 
 func TestBatchWithMalformedEntry(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	const p = 1
 	if err := EnsureGroup(ctx, rdb, p); err != nil {

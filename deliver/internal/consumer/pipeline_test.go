@@ -89,7 +89,7 @@ func addJobs(t *testing.T, rdb redis.Cmdable, p int, ids ...int64) {
 // batch leaves the batch read ahead pending (unprocessed, unacked) for the
 // next owner.
 func TestNextBatchIsReadWhileTheCurrentIsProcessedAndReleasedOnStop(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	const p = 5
 	stream := rediskey.Deliver(p)

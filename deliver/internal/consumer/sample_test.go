@@ -21,7 +21,7 @@ import (
 // stream), the part a consumer holds unacknowledged, and the age of the
 // oldest entry from its ID; an empty partition reads 0 for all three.
 func TestSampleOnceReportsBacklogPendingAndOldestAge(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	const partitions, busy, empty = 4, 2, 3
 	for p := 0; p < partitions; p++ {

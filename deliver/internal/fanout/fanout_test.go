@@ -27,13 +27,9 @@ import (
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
-	"github.com/sparkim/spark/pkg/testredis"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
-
-// testDB is this package's Redis DB, its own in the table of pkg/testredis.
-const testDB = testredis.FanoutDB
 
 func TestSelectTargets(t *testing.T) {
 	r := func(gate string, conn uint64) string {
@@ -124,7 +120,7 @@ func TestGroupByGate(t *testing.T) {
 const secret = "test-secret"
 
 func TestProcessPushesOncePerGate(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	g2 := gatetest.Start(t, rdb, "g2", secret)
@@ -221,7 +217,7 @@ func TestProcessPushesOncePerGate(t *testing.T) {
 }
 
 func TestProcessGateUnreachable(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	// Registered, but nothing listens there: the push fails, the job still
 	// completes and the route is kept (the gate may just be slow).
@@ -284,7 +280,7 @@ func messageJob(msgID, cid int64, content string) *queuev1.DeliverJob {
 }
 
 func TestMessageUpdatesLists(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	if err := rdb.HSet(ctx, rediskey.Route(2), "a", route.Entry{GateID: "g1", ConnID: 11, SinceMs: 1}.String()).Err(); err != nil {
@@ -393,7 +389,7 @@ func TestMessageUpdatesLists(t *testing.T) {
 }
 
 func TestMessageAbsentStateOnlyBumpsVersion(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
@@ -418,7 +414,7 @@ func TestMessageAbsentStateOnlyBumpsVersion(t *testing.T) {
 }
 
 func TestSignalPushesCommandOnly(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	for uid, devs := range map[int64]map[string]uint64{1: {"phone": 1, "pad": 2}, 2: {"a": 3}} {
@@ -511,7 +507,7 @@ func TestSignalPushesCommandOnly(t *testing.T) {
 }
 
 func TestMissedPushesGoToMailbox(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	g2 := gatetest.Start(t, rdb, "g2", secret)
@@ -623,7 +619,7 @@ func pushedIDs(t *testing.T, items []*gatev1.PushRequest) (ids []int64, convs []
 }
 
 func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	g2 := gatetest.Start(t, rdb, "g2", secret)
@@ -729,7 +725,7 @@ func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
 }
 
 func TestBatchListsAfterScriptFlush(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
@@ -754,7 +750,7 @@ func TestBatchListsAfterScriptFlush(t *testing.T) {
 // ack) and redelivered again interleaved with new jobs: every message
 // counts once.
 func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
@@ -797,7 +793,7 @@ func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
 // A muted conversation counts no unread (decision 30) but still moves its
 // newest message and preview.
 func TestMutedConversationCountsNoUnread(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	pool := gateclient.New(rdb, secret, time.Minute)
 	t.Cleanup(func() { _ = pool.Close() })
@@ -831,7 +827,7 @@ func (g *groupMembers) Members(_ context.Context, _ int64, minVersion int64) ([]
 // for a no_unread message). A group that is gone drops the job; a member
 // list that cannot be read fails the batch, to be retried.
 func TestGroupJobExpandsMembers(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	for uid, conn := range map[int64]uint64{31: 1, 32: 2, 33: 3} {
@@ -893,7 +889,7 @@ func TestGroupJobExpandsMembers(t *testing.T) {
 // (every device) before the pushes, which reach every member's devices but
 // the recalling one. A mailbox that fails fails the batch, to be retried.
 func TestGroupRecallDoesMemberWork(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	for uid, conn := range map[int64]uint64{31: 1, 32: 2, 33: 3} {

@@ -224,17 +224,16 @@ func (l *Logic) Calls() []*logicv1.AppendMailboxRequest {
 	return append([]*logicv1.AppendMailboxRequest(nil), l.calls...)
 }
 
-// Redis returns a client on db of the test Redis (SPARK_TEST_REDIS_ADDR,
-// default 127.0.0.1:6379), flushed at every call so each test starts from
-// empty streams. db is the package's entry in pkg/testredis, which no other
-// package uses. An unreachable Redis fails the test.
-func Redis(t testing.TB, db int) *redis.Client {
+// Redis returns a client of the test binary's private Redis
+// (testredis.Open), flushed at every call so each test starts from empty
+// streams. A Redis that does not start fails the test.
+func Redis(t testing.TB) *redis.Client {
 	t.Helper()
-	rdb := testredis.Open(t, db)
+	rdb := testredis.Open(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
-		t.Fatalf("flush test Redis DB %d at %s: %v", db, testredis.Addr(), err)
+		t.Fatalf("flush test Redis at %s: %v", rdb.Options().Addr, err)
 	}
 	return rdb
 }

@@ -59,7 +59,7 @@ func startManager(t *testing.T, rdb redis.Cmdable, id string, partitions int, tt
 // the survivor's next tick (every TTL/3) takes them, or the one after if
 // it came between the two.
 func TestManagerTakesOverACrashedInstancesPartitionsAfterItsLeasesExpireWithinTheBound(t *testing.T) {
-	rdb := testredis.Open(t, testredis.DeliverLeaseDB)
+	rdb := testredis.Open(t)
 	ctx := context.Background()
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
@@ -110,7 +110,7 @@ func TestManagerTakesOverACrashedInstancesPartitionsAfterItsLeasesExpireWithinTh
 // partitions while their leases are still live, so no other instance can
 // own one while its worker runs.
 func TestManagerStopsItsPartitionsBeforeTheirLeasesCanExpireWhenRenewalsFail(t *testing.T) {
-	rdb := testredis.Open(t, testredis.DeliverLeaseDB)
+	rdb := testredis.Open(t)
 	ctx := context.Background()
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)

@@ -25,12 +25,10 @@ import (
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
-	"github.com/sparkim/spark/pkg/testredis"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 const (
-	testDB     = testredis.ServiceDB // its own in the table of pkg/testredis
 	partitions = 16
 	leaseTTL   = 900 * time.Millisecond
 	secret     = "test-secret"
@@ -216,7 +214,7 @@ func startRoutedGates(t *testing.T, ctx context.Context, rdb redis.Cmdable) (*ga
 }
 
 func TestFanOutThroughQueue(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1, g2 := startRoutedGates(t, ctx, rdb)
 
@@ -290,7 +288,7 @@ func TestFanOutThroughQueue(t *testing.T) {
 }
 
 func TestFairShareAndGracefulHandOver(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ra, rb := newRecorder(), newRecorder()
 	a := start(t, rdb, "a", ra)
 	b := start(t, rdb, "b", rb)
@@ -325,7 +323,7 @@ func TestFairShareAndGracefulHandOver(t *testing.T) {
 }
 
 func TestTakeoverFromCrashedInstance(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	// A crashed instance "dead": it held every lease, was seen just now, and
 	// had read jobs it never acknowledged.
@@ -379,7 +377,7 @@ func TestTakeoverFromCrashedInstance(t *testing.T) {
 }
 
 func TestRestartUnderSameIDResumesAtOnce(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	// "b" crashed a moment ago holding long leases; restarted under the same
 	// id it must not wait for them to expire.
@@ -395,7 +393,7 @@ func TestRestartUnderSameIDResumesAtOnce(t *testing.T) {
 }
 
 func TestRedeliveredJobCountsOnce(t *testing.T) {
-	rdb := gatetest.Redis(t, testDB)
+	rdb := gatetest.Redis(t)
 	ctx := context.Background()
 	g1 := gatetest.Start(t, rdb, "g1", secret)
 	if err := rdb.HSet(ctx, rediskey.Route(2), "a", route.Entry{GateID: "g1", ConnID: 3, SinceMs: 1}.String()).Err(); err != nil {

@@ -43,7 +43,6 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
-	"github.com/sparkim/spark/pkg/testredis"
 	"github.com/sparkim/spark/pkg/token"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
@@ -141,7 +140,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hw.Close() })
-	rdb := testenv.RedisDB(t, testredis.APIDB)
+	rdb := testenv.Redis(t)
 	st := store.New(db)
 	ctx := context.Background()
 	gen, err := msgid.New(ctx, msgid.Settings{MachineID: 7, Store: store.NewHighWater(hw)})

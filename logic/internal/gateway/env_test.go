@@ -22,7 +22,6 @@ import (
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/msgid"
-	"github.com/sparkim/spark/pkg/testredis"
 	"github.com/sparkim/spark/pkg/token"
 )
 
@@ -72,7 +71,7 @@ func (r *recorder) counts() (int, int) {
 func newEnv(t *testing.T, machine int) *env {
 	t.Helper()
 	_, db := testenv.MySQL(t)
-	rdb := testenv.RedisDB(t, testredis.GatewayDB)
+	rdb := testenv.Redis(t)
 	st := store.New(db)
 	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: machine})
 	if err != nil {

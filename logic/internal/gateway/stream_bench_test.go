@@ -15,7 +15,6 @@ import (
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/protocol"
-	"github.com/sparkim/spark/pkg/testredis"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -33,7 +32,7 @@ func BenchmarkStreamBatch(b *testing.B) {
 
 func benchStream(b *testing.B, k int) {
 	// Redis only holds the gate registry entry of the stream's Hello.
-	rdb := testenv.RedisDB(b, testredis.GatewayDB)
+	rdb := testenv.Redis(b)
 	srv, err := NewServer(context.Background(), &Handler{Timeout: config.Default().Logic.RequestTimeout}, gatepush.NewRegistry(rdb, nil), nil)
 	if err != nil {
 		b.Fatal(err)

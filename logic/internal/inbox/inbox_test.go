@@ -29,7 +29,6 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
-	"github.com/sparkim/spark/pkg/testredis"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
@@ -61,7 +60,7 @@ func newEnv(t *testing.T, cfg message.Config) *env {
 	t.Helper()
 	_, db := testenv.MySQL(t)
 	st := store.New(db)
-	rdb := testenv.RedisDB(t, testredis.InboxDB)
+	rdb := testenv.Redis(t)
 	gen, err := msgid.New(context.Background(), msgid.Settings{MachineID: 41})
 	if err != nil {
 		t.Fatal(err)

@@ -13,11 +13,10 @@ import (
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
-	"github.com/sparkim/spark/pkg/testredis"
 )
 
 func TestLease(t *testing.T) {
-	rdb := testenv.RedisDB(t, testredis.LeaseDB)
+	rdb := testenv.Redis(t)
 	ctx := context.Background()
 	key := testenv.RandomName("im:test:lease:")
 	t.Cleanup(func() { rdb.Del(context.Background(), key) })
@@ -106,7 +105,7 @@ func (s *sequence) NextAfter(_ context.Context, floor int64) (int64, error) {
 // after its last renewal, before the key expires and another process can
 // take the machine id; that process then gets it.
 func TestGuardedIDsStopBeforeTheLeaseCanExpireWhenRenewalsFail(t *testing.T) {
-	rdb := testenv.RedisDB(t, testredis.LeaseDB)
+	rdb := testenv.Redis(t)
 	ctx := context.Background()
 	key := testenv.RandomName("im:test:lease:")
 	t.Cleanup(func() { rdb.Del(context.Background(), key) })
@@ -170,7 +169,7 @@ func TestGuardedIDsStopBeforeTheLeaseCanExpireWhenRenewalsFail(t *testing.T) {
 // taken again runs OnRetake before ids flow again, and ids then continue
 // above the floor it raised.
 func TestGuardedIDsResumeAboveTheRaisedFloorAfterALapsedLeaseIsRetaken(t *testing.T) {
-	rdb := testenv.RedisDB(t, testredis.LeaseDB)
+	rdb := testenv.Redis(t)
 	ctx := context.Background()
 	key := testenv.RandomName("im:test:lease:")
 	t.Cleanup(func() { rdb.Del(context.Background(), key) })
@@ -237,7 +236,7 @@ func TestFloorAfterMsIsTheLastIDOfItsMillisecond(t *testing.T) {
 // AcquireFree takes the first key not held, from its start index on and
 // wrapping, and refuses when every key is held.
 func TestAcquireFreeTakesTheFirstKeyNotHeldFromItsStart(t *testing.T) {
-	rdb := testenv.RedisDB(t, testredis.LeaseDB)
+	rdb := testenv.Redis(t)
 	ctx := context.Background()
 	prefix := testenv.RandomName("im:test:leasefree:")
 	keyOf := func(i int) string { return prefix + ":" + strconv.Itoa(i) }

@@ -22,7 +22,6 @@ import (
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
-	"github.com/sparkim/spark/pkg/testredis"
 )
 
 const partitions = 16
@@ -47,7 +46,7 @@ func newEnv(t testing.TB) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = hw.Close() })
-	return &env{st: store.New(db), hw: hw, rdb: testenv.RedisDB(t, testredis.MessageDB), metrics: metrics.New(nil)}
+	return &env{st: store.New(db), hw: hw, rdb: testenv.Redis(t), metrics: metrics.New(nil)}
 }
 
 // testConfig is the send path's config from config.Default() with the

@@ -91,7 +91,7 @@ func TestGroupChangedQueuesPushesAndRefreshesLists(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			rdb := testredis.Open(t, testredis.NotifyDB)
+			rdb := testredis.Open(t)
 			if err := rdb.FlushDB(ctx).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -145,7 +145,7 @@ func TestGroupChangedQueuesPushesAndRefreshesLists(t *testing.T) {
 
 func TestRelationChangedPushesEachEventToItsUser(t *testing.T) {
 	ctx := context.Background()
-	rdb := testredis.Open(t, testredis.NotifyDB)
+	rdb := testredis.Open(t)
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}

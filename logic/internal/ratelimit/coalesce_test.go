@@ -67,7 +67,7 @@ func TestConcurrentChecksSharePipelinesAndKeepTheirOwnAnswers(t *testing.T) {
 			name = "script cache flushed"
 		}
 		t.Run(name, func(t *testing.T) {
-			rdb := testredis.Open(t, testredis.RateLimitDB)
+			rdb := testredis.Open(t)
 			if flush {
 				if err := rdb.ScriptFlush(context.Background()).Err(); err != nil {
 					t.Fatal(err)
@@ -98,7 +98,7 @@ func TestConcurrentChecksSharePipelinesAndKeepTheirOwnAnswers(t *testing.T) {
 // A caller whose context has ended gets no answer and does not stop the
 // checks it was batched with.
 func TestCancelledCallerDoesNotFailItsBatch(t *testing.T) {
-	rdb := testredis.Open(t, testredis.RateLimitDB)
+	rdb := testredis.Open(t)
 	l := New(rdb, classConfig(Send, Limits{Device: Bucket{Rate: 0.01, Burst: 1}}), nil, nil)
 	ip := freshAddr()
 	var wg sync.WaitGroup

@@ -46,7 +46,7 @@ func classConfig(c Class, l Limits) Config {
 // retry-after no longer than one emission interval, and take it again once
 // that time has passed.
 func TestThresholdRetryAfterAndRecovery(t *testing.T) {
-	rdb := testredis.Open(t, testredis.RateLimitDB)
+	rdb := testredis.Open(t)
 	ctx := context.Background()
 	tests := []struct {
 		name      string
@@ -116,8 +116,8 @@ func TestThresholdRetryAfterAndRecovery(t *testing.T) {
 // from one bucket: together they get the burst, not twice it.
 func TestTwoLimitersShareOneBucket(t *testing.T) {
 	cfg := classConfig(Send, Limits{Device: Bucket{1, 6}, IP: Bucket{1, 10}})
-	a := New(testredis.Open(t, testredis.RateLimitDB), cfg, nil, nil)
-	b := New(testredis.Open(t, testredis.RateLimitDB), cfg, nil, nil)
+	a := New(testredis.Open(t), cfg, nil, nil)
+	b := New(testredis.Open(t), cfg, nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	passed := 0
@@ -155,7 +155,7 @@ func TestTwoLimitersShareOneBucket(t *testing.T) {
 
 // A request refused by one of its buckets takes no token from the other.
 func TestRefusalTakesNothing(t *testing.T) {
-	l := New(testredis.Open(t, testredis.RateLimitDB), classConfig(Edit, Limits{Device: Bucket{0.5, 1}, IP: Bucket{0.5, 3}}), nil, nil)
+	l := New(testredis.Open(t), classConfig(Edit, Limits{Device: Bucket{0.5, 1}, IP: Bucket{0.5, 3}}), nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	steps := []struct {
@@ -181,7 +181,7 @@ func TestRefusalTakesNothing(t *testing.T) {
 // time: AdmitAuth then refuses at once with the block's remaining time,
 // while another address, and the same user's device on it, pass.
 func TestAuthFailuresBlockTheAddress(t *testing.T) {
-	rdb := testredis.Open(t, testredis.RateLimitDB)
+	rdb := testredis.Open(t)
 	cfg := Config{AuthFailures: 3, AuthFailureWindow: time.Minute, AuthBlock: 400 * time.Millisecond}
 	cfg.Classes[Auth] = Limits{Device: Bucket{100, 100}, IP: Bucket{100, 100}}
 	l := New(rdb, cfg, nil, nil)
@@ -226,7 +226,7 @@ func TestAuthFailuresBlockTheAddress(t *testing.T) {
 // Failures outside the window do not add up.
 func TestAuthFailureWindow(t *testing.T) {
 	cfg := Config{AuthFailures: 2, AuthFailureWindow: 150 * time.Millisecond, AuthBlock: time.Minute}
-	l := New(testredis.Open(t, testredis.RateLimitDB), cfg, nil, nil)
+	l := New(testredis.Open(t), cfg, nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	if l.AuthFailed(ctx, ip) {
@@ -244,7 +244,7 @@ func TestAuthFailureWindow(t *testing.T) {
 // Buckets expire once they are full again, so idle devices and addresses
 // cost no Redis memory.
 func TestBucketKeysExpire(t *testing.T) {
-	rdb := testredis.Open(t, testredis.RateLimitDB)
+	rdb := testredis.Open(t)
 	l := New(rdb, classConfig(Sync, Limits{Device: Bucket{10, 5}, IP: Bucket{100, 50}}), nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
@@ -265,7 +265,7 @@ func TestBucketKeysExpire(t *testing.T) {
 // The script runs by EVALSHA; after SCRIPT FLUSH (a Redis restart or
 // failover) it is sent again and the limits keep working.
 func TestScriptReloadedAfterFlush(t *testing.T) {
-	rdb := testredis.Open(t, testredis.RateLimitDB)
+	rdb := testredis.Open(t)
 	l := New(rdb, classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
@@ -324,7 +324,7 @@ func TestFailOpenWhenRedisIsDown(t *testing.T) {
 // A parent context that ends is the request's end, not Redis's failure:
 // the request passes and nothing pauses.
 func TestCanceledRequestDoesNotPause(t *testing.T) {
-	l := New(testredis.Open(t, testredis.RateLimitDB), classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
+	l := New(testredis.Open(t), classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := l.Allow(ctx, Send, freshAddr(), 1, "d"); err != nil {

@@ -11,14 +11,13 @@ import (
 	"github.com/sparkim/spark/logic/internal/server"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/rediskey"
-	"github.com/sparkim/spark/pkg/testredis"
 )
 
 // Two logic processes configured with logic.machine_id -1 lease two
 // different free machine ids from Redis, hold them while they run and
 // release them when they stop.
 func TestRunWithAutoMachineIDLeasesDistinctFreeIDsAndReleasesThem(t *testing.T) {
-	rdb := testenv.RedisDB(t, testredis.ServerDB)
+	rdb := testenv.Redis(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type proc struct {

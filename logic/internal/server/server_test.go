@@ -18,13 +18,12 @@ import (
 	"github.com/sparkim/spark/logic/internal/server"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/config"
-	"github.com/sparkim/spark/pkg/testredis"
 )
 
 func testConfig(t *testing.T) *config.Config {
 	t.Helper()
 	dsn, _ := testenv.MySQL(t)
-	rdb := testenv.RedisDB(t, testredis.ServerDB)
+	rdb := testenv.Redis(t)
 	cfg, err := config.Load("")
 	if err != nil {
 		t.Fatal(err)

@@ -1,8 +1,8 @@
 // Package testenv gives tests a fresh MySQL database (migrated, dropped at
-// the end) and a Redis client on the package's own DB index (the table in
-// pkg/testredis). Tests fail, never skip, when a server is unreachable: a
-// skipped test passes in CI without checking anything. SPARK_TEST_MYSQL_DSN
-// and SPARK_TEST_REDIS_ADDR override the local defaults.
+// the end) and a client of the test binary's private Redis (pkg/testredis).
+// Tests fail, never skip, when a server is unreachable or does not start:
+// a skipped test passes in CI without checking anything.
+// SPARK_TEST_MYSQL_DSN overrides the local MySQL.
 package testenv
 
 import (
@@ -30,11 +30,9 @@ import (
 	"github.com/sparkim/spark/pkg/testredis"
 )
 
-// Defaults of the test servers.
-const (
-	DefaultMySQLDSN  = "root@tcp(127.0.0.1:3306)/?parseTime=true&loc=UTC"
-	DefaultRedisAddr = testredis.DefaultAddr
-)
+// DefaultMySQLDSN is the test MySQL server when SPARK_TEST_MYSQL_DSN is
+// unset.
+const DefaultMySQLDSN = "root@tcp(127.0.0.1:3306)/?parseTime=true&loc=UTC"
 
 func env(k, def string) string {
 	if v := os.Getenv(k); v != "" {
@@ -104,12 +102,12 @@ func RandomUserID() int64 {
 	return n.Int64() + 1
 }
 
-// RedisDB returns a client on Redis DB index db, which must be the
-// package's entry in pkg/testredis (no other package uses it). Tests still
-// use random ids: a package's own tests share the DB.
-func RedisDB(t testing.TB, db int) *redis.Client {
+// Redis returns a client of the test binary's private Redis
+// (testredis.Open). Tests still use random ids: a package's own tests
+// share it.
+func Redis(t testing.TB) *redis.Client {
 	t.Helper()
-	return testredis.Open(t, db)
+	return testredis.Open(t)
 }
 
 // Wire decodes a client request body into its typed request the way the
