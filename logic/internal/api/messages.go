@@ -39,8 +39,8 @@ func (s *Server) SendMessage(ctx context.Context, req *logicv1.SendMessageReques
 		return nil, s.statusOf("SendMessage", err)
 	}
 	return &logicv1.SendMessageReply{
-		MsgId: ack.MsgID.Int64(), ConversationId: ack.ConversationID.Int64(),
-		ServerTimeMs: ack.ServerTime, ClientMsgId: ack.ClientMsgID,
+		MsgId: ack.MsgID, ConversationId: ack.ConversationID,
+		ServerTimeMs: ack.ServerTime.UnixMilli(), ClientMsgId: ack.ClientMsgID,
 	}, nil
 }
 

@@ -68,3 +68,47 @@ func Message(m inbox.Message) protocol.Message {
 	}
 	return w
 }
+
+// SendAck is the data of SEND_ACK.
+func SendAck(a *message.Ack) protocol.SendAck {
+	return protocol.SendAck{
+		MsgID: jsonid.ID(a.MsgID), ClientMsgID: a.ClientMsgID,
+		ConversationID: jsonid.ID(a.ConversationID), ServerTime: a.ServerTime.UnixMilli(),
+	}
+}
+
+// ReadMark converts the READ_MESSAGE body; last_msg_id is an alias of
+// msg_id, taken when msg_id is not set.
+func ReadMark(w protocol.ReadRequest) message.ReadMark {
+	mid := w.MsgID.Int64()
+	if mid <= 0 {
+		mid = w.LastMsgID.Int64()
+	}
+	return message.ReadMark{ConversationID: w.ConversationID.Int64(), MsgID: mid}
+}
+
+// ReadReply is the data of the READ_MESSAGE answer.
+func ReadReply(r *message.ReadMark) protocol.ReadReply {
+	return protocol.ReadReply{ConversationID: jsonid.ID(r.ConversationID), MsgID: jsonid.ID(r.MsgID)}
+}
+
+// MessageRef converts the RECALL_MESSAGE and DELETE_MESSAGE body.
+func MessageRef(w protocol.MessageRef) message.MessageRef {
+	return message.MessageRef{MsgID: w.MsgID.Int64(), ConversationID: w.ConversationID.Int64()}
+}
+
+// MessageRefReply is the data of the RECALL_MESSAGE and DELETE_MESSAGE
+// answers.
+func MessageRefReply(r *message.MessageRef) protocol.MessageRef {
+	return protocol.MessageRef{MsgID: jsonid.ID(r.MsgID), ConversationID: jsonid.ID(r.ConversationID)}
+}
+
+// SettingsChange converts the CONVERSATION_SETTINGS body.
+func SettingsChange(w protocol.SettingsRequest) message.SettingsChange {
+	return message.SettingsChange{ConversationID: w.ConversationID.Int64(), Muted: w.Muted, Pinned: w.Pinned, Hidden: w.Hidden}
+}
+
+// SettingsReply is the data of the CONVERSATION_SETTINGS answer.
+func SettingsReply(r *message.Settings) protocol.SettingsReply {
+	return protocol.SettingsReply{ConversationID: jsonid.ID(r.ConversationID), Muted: r.Muted, Pinned: r.Pinned, Hidden: r.Hidden}
+}

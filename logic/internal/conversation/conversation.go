@@ -318,5 +318,3 @@ func (u *userExists) CheckP2P(ctx context.Context, _, to int64) error {
 	u.users.Put(to, struct{}{})
 	return nil
 }
-
-// busy wraps a dependency failure as 50301: the client retries.

@@ -56,7 +56,7 @@ var commands = map[uint32]command{
 		func(h *Handler, c *call, r protocol.SendRequest) (any, error) {
 			ack, err := h.Messages.Send(c.ctx, c.sender(), clientwire.SendRequest(r))
 			c.resp.Command = uint32(protocol.CmdSendAck)
-			return ack, err
+			return wire(ack, err, clientwire.SendAck)
 		})},
 	// A fresh device may send SYNC_INBOX with no body at all.
 	uint32(protocol.CmdSyncInbox): {class: ratelimit.Sync, limited: true, serve: decoded(invalidJSON, true,
@@ -77,19 +77,23 @@ var commands = map[uint32]command{
 		})},
 	uint32(protocol.CmdReadMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
 		func(h *Handler, c *call, r protocol.ReadRequest) (any, error) {
-			return h.Messages.Read(c.ctx, c.sender(), r)
+			m, err := h.Messages.Read(c.ctx, c.sender(), clientwire.ReadMark(r))
+			return wire(m, err, clientwire.ReadReply)
 		})},
 	uint32(protocol.CmdRecallMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
 		func(h *Handler, c *call, r protocol.MessageRef) (any, error) {
-			return h.Messages.Recall(c.ctx, c.sender(), r)
+			ref, err := h.Messages.Recall(c.ctx, c.sender(), clientwire.MessageRef(r))
+			return wire(ref, err, clientwire.MessageRefReply)
 		})},
 	uint32(protocol.CmdDeleteMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
 		func(h *Handler, c *call, r protocol.MessageRef) (any, error) {
-			return h.Messages.Delete(c.ctx, c.sender(), r)
+			ref, err := h.Messages.Delete(c.ctx, c.sender(), clientwire.MessageRef(r))
+			return wire(ref, err, clientwire.MessageRefReply)
 		})},
 	uint32(protocol.CmdConversationSettings): {class: ratelimit.Edit, limited: true, serve: decoded("invalid JSON body (ids are integers, flags booleans)", false,
 		func(h *Handler, c *call, r protocol.SettingsRequest) (any, error) {
-			return h.Messages.Settings(c.ctx, c.sender(), r)
+			st, err := h.Messages.Settings(c.ctx, c.sender(), clientwire.SettingsChange(r))
+			return wire(st, err, clientwire.SettingsReply)
 		})},
 	uint32(protocol.CmdRelation): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
 		return h.relation(c.ctx, c.req.Session.UserId, c.req.Body)
@@ -123,6 +127,14 @@ func decoded[T any](msg string, emptyOK bool, f func(h *Handler, c *call, req T)
 		}
 		return protocol.Marshal(reply)
 	}
+}
+
+// wire is the client form of a domain answer, or err.
+func wire[D, W any](d *D, err error, form func(*D) W) (any, error) {
+	if err != nil {
+		return nil, err
+	}
+	return form(d), nil
 }
 
 // pageCommand is the answer command of a sync page: next while more

@@ -70,5 +70,3 @@ func (s *Service) AuthorizeSend(ctx context.Context, conversationID, userID int6
 	}
 	return g.MemberVersion, nil
 }
-
-// busy wraps a database failure as 50301: the caller retries.

@@ -46,6 +46,17 @@ type env struct {
 	n     int
 }
 
+// readReq, refReq and settingsReq decode READ_MESSAGE, RECALL_MESSAGE /
+// DELETE_MESSAGE and CONVERSATION_SETTINGS bodies into the message
+// service's requests as the gateway does.
+func readReq(b []byte) message.ReadMark { return clientwire.ReadMark(wire[protocol.ReadRequest](b)) }
+
+func refReq(b []byte) message.MessageRef { return clientwire.MessageRef(wire[protocol.MessageRef](b)) }
+
+func settingsReq(b []byte) message.SettingsChange {
+	return clientwire.SettingsChange(wire[protocol.SettingsRequest](b))
+}
+
 // syncMessages answers a SYNC_MESSAGES body as the gateway does: the
 // client form of History's page under the default client frame bound.
 func (e *env) syncMessages(ctx context.Context, u inbox.User, req protocol.SyncMessagesRequest) (*protocol.SyncMessagesReply, bool, error) {
@@ -125,8 +136,8 @@ func (e *env) msg(from, to int64, text string) (int64, int64) {
 	if err != nil {
 		e.t.Fatalf("send: %v", err)
 	}
-	e.deliver(ack.MsgID.Int64())
-	return ack.ConversationID.Int64(), ack.MsgID.Int64()
+	e.deliver(ack.MsgID)
+	return ack.ConversationID, ack.MsgID
 }
 
 // deliver applies a committed message to its recipients' lists (the
@@ -288,7 +299,7 @@ func TestColdPathEqualsIncremental(t *testing.T) {
 	e.msg(u[3], me, strings.Repeat("long text ", 20))
 	_, m := e.msg(u[3], me, "newest")
 	c3, _ := e.st.FindP2P(ctx, me, u[3])
-	if _, err := e.send.Read(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.ReadRequest](body("conversation_id", id(c3), "msg_id", id(mids[2])))); err != nil {
+	if _, err := e.send.Read(ctx, message.Sender{UserID: me, DeviceID: "dev"}, readReq(body("conversation_id", id(c3), "msg_id", id(mids[2])))); err != nil {
 		t.Fatal(err)
 	}
 	e.msg(u[1], me, "after read")
@@ -354,14 +365,14 @@ func TestReadNeverMovesBack(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := e.send.Read(ctx, from, wire[protocol.ReadRequest](tt.body))
+			r, err := e.send.Read(ctx, from, readReq(tt.body))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
 			if err != nil {
 				return
 			}
-			if r.MsgID.Int64() != tt.wantRead {
+			if r.MsgID != tt.wantRead {
 				t.Fatalf("effective read %d, want %d", r.MsgID, tt.wantRead)
 			}
 			got, _ := e.syncAll(me, "0", 100)
@@ -371,7 +382,7 @@ func TestReadNeverMovesBack(t *testing.T) {
 		})
 	}
 	other := e.users(1)[0]
-	if _, err := e.send.Read(ctx, message.Sender{UserID: other, DeviceID: "x"}, wire[protocol.ReadRequest](body("conversation_id", id(cid), "msg_id", id(ids[0])))); code(err) != errcode.Forbidden {
+	if _, err := e.send.Read(ctx, message.Sender{UserID: other, DeviceID: "x"}, readReq(body("conversation_id", id(cid), "msg_id", id(ids[0])))); code(err) != errcode.Forbidden {
 		t.Fatalf("non-member read: %v", err)
 	}
 	if n := signals(t, e.rdb, cid, protocol.CmdReadMessage); n != 3 {
@@ -431,12 +442,12 @@ func TestRecall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := tt.svc.Recall(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, wire[protocol.MessageRef](tt.body))
+			r, err := tt.svc.Recall(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, refReq(tt.body))
 			c, msg := errcode.Of(err)
 			if c != tt.want || (tt.msg != "" && msg != tt.msg) {
 				t.Fatalf("got %s %q, want %s %q", c, msg, tt.want, tt.msg)
 			}
-			if err == nil && (r.MsgID.Int64() != m1 || r.ConversationID.Int64() != cid) {
+			if err == nil && (r.MsgID != m1 || r.ConversationID != cid) {
 				t.Fatalf("answer %+v", r)
 			}
 		})
@@ -475,7 +486,7 @@ func TestRecall(t *testing.T) {
 		t.Fatalf("my conversation after recall %+v", c)
 	}
 	// Recalling the newest message: the preview says so.
-	if _, err := e.send.Recall(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.MessageRef](body("msg_id", id(m2)))); err != nil {
+	if _, err := e.send.Recall(ctx, message.Sender{UserID: me, DeviceID: "dev"}, refReq(body("msg_id", id(m2)))); err != nil {
 		t.Fatal(err)
 	}
 	theirs, _ := e.syncAll(peer, "0", 100)
@@ -512,7 +523,7 @@ func TestDeleteForMe(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := e.send.Delete(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, wire[protocol.MessageRef](tt.body))
+			_, err := e.send.Delete(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, refReq(tt.body))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -588,7 +599,7 @@ func TestSettings(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := e.send.Settings(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, wire[protocol.SettingsRequest](tt.body))
+			r, err := e.send.Settings(ctx, message.Sender{UserID: tt.user, DeviceID: "dev"}, settingsReq(tt.body))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -618,7 +629,7 @@ func TestMutedConversationUnread(t *testing.T) {
 	cid, _ := e.msg(peer, me, "before the mute")
 	mute := func(on bool) {
 		t.Helper()
-		if _, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.SettingsRequest](body("conversation_id", id(cid), "muted", on))); err != nil {
+		if _, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, settingsReq(body("conversation_id", id(cid), "muted", on))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -862,10 +873,10 @@ func TestGroupConversationInListAndSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ack.ConversationID.Int64() != cid {
+		if ack.ConversationID != cid {
 			t.Fatalf("sent into conversation %d, the group's is %d", ack.ConversationID, cid)
 		}
-		ids = append(ids, ack.MsgID.Int64())
+		ids = append(ids, ack.MsgID)
 	}
 	// b's list from MySQL (cold): three unread; a's: the owner's one.
 	for uid, want := range map[int64]int64{b: 3, a: 1, owner: 2} {
@@ -881,7 +892,7 @@ func TestGroupConversationInListAndSync(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.deliver(ack.MsgID.Int64())
+	e.deliver(ack.MsgID)
 	if list, _ := e.syncAll(b, "0", 100); list[cid].Unread != 4 {
 		t.Fatalf("b's unread after an incremental message: %d, want 4", list[cid].Unread)
 	}
@@ -940,11 +951,11 @@ func TestGroupRecallLeavesMemberWorkToDeliver(t *testing.T) {
 	wantJobs := []int{0, 1, 1, 2}
 	for round := 1; round <= 3; round++ {
 		if round == 3 {
-			if err := e.rdb.Del(ctx, rediskey.RecallPushed(ack.MsgID.Int64())).Err(); err != nil {
+			if err := e.rdb.Del(ctx, rediskey.RecallPushed(ack.MsgID)).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if _, err := e.send.Recall(ctx, message.Sender{UserID: u[1], DeviceID: "dev"}, wire[protocol.MessageRef](body("msg_id", id(ack.MsgID.Int64())))); err != nil {
+		if _, err := e.send.Recall(ctx, message.Sender{UserID: u[1], DeviceID: "dev"}, refReq(body("msg_id", id(ack.MsgID)))); err != nil {
 			t.Fatal(err)
 		}
 		if n := events(); n != 0 {
@@ -961,7 +972,7 @@ func TestGroupRecallLeavesMemberWorkToDeliver(t *testing.T) {
 				t.Fatal(err)
 			}
 			if j.GetConversationId() == cid && j.GetKind() == queuev1.JobKind_JOB_KIND_SIGNAL && j.GetCommand() == uint32(protocol.CmdRecallMessage) {
-				if j.GetMailboxEventType() != protocol.EventRecall || j.GetConversationType() != protocol.ConversationGroup || len(j.GetRecipients()) != 0 || j.GetMsgId() != ack.MsgID.Int64() {
+				if j.GetMailboxEventType() != protocol.EventRecall || j.GetConversationType() != protocol.ConversationGroup || len(j.GetRecipients()) != 0 || j.GetMsgId() != ack.MsgID {
 					t.Fatalf("recall job %+v", j)
 				}
 				jobs++
@@ -987,9 +998,9 @@ func TestHiddenConversation(t *testing.T) {
 	me, peer := u[0], u[1]
 	cid, _ := e.msg(peer, me, "one")
 	e.msg(peer, me, "two")
-	settings := func(hidden bool) *protocol.SettingsReply {
+	settings := func(hidden bool) *message.Settings {
 		t.Helper()
-		r, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, wire[protocol.SettingsRequest](body("conversation_id", id(cid), "hidden", hidden)))
+		r, err := e.send.Settings(ctx, message.Sender{UserID: me, DeviceID: "dev"}, settingsReq(body("conversation_id", id(cid), "hidden", hidden)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,15 +65,58 @@ func (s *Service) signal(ctx context.Context, from Sender, cmd uint16, cid int64
 	return true
 }
 
+// ReadMark is how far a user has read a conversation: the request of
+// Read (up to MsgID) and its answer (the effective last read id).
+type ReadMark struct {
+	ConversationID int64
+	MsgID          int64
+}
+
+// MessageRef names a message: the request of Recall and Delete
+// (ConversationID optional, 0) and their answer (both set).
+type MessageRef struct {
+	MsgID          int64
+	ConversationID int64
+}
+
+// SettingsChange changes a user's flags of a conversation; a nil flag is
+// left unchanged.
+type SettingsChange struct {
+	ConversationID int64
+	Muted          *bool
+	Pinned         *bool
+	// Hidden removes the conversation from the list until its next
+	// message (false shows it again).
+	Hidden *bool
+}
+
+// Settings are a user's effective flags of a conversation.
+type Settings struct {
+	ConversationID int64
+	Muted          bool
+	Pinned         bool
+	Hidden         bool
+}
+
+// The client forms of the answers, for the SIGNAL pushes and mailbox
+// events that carry them to the user's other devices.
+func (r ReadMark) push() protocol.ReadReply {
+	return protocol.ReadReply{ConversationID: jsonid.ID(r.ConversationID), MsgID: jsonid.ID(r.MsgID)}
+}
+
+func (r MessageRef) push() protocol.MessageRef {
+	return protocol.MessageRef{MsgID: jsonid.ID(r.MsgID), ConversationID: jsonid.ID(r.ConversationID)}
+}
+
+func (r Settings) push() protocol.SettingsReply {
+	return protocol.SettingsReply{ConversationID: jsonid.ID(r.ConversationID), Muted: r.Muted, Pinned: r.Pinned, Hidden: r.Hidden}
+}
+
 // Read handles READ_MESSAGE (8): last_read_msg_id moves forward only,
 // clamped to the conversation's last_msg_id; the answer carries the
 // effective value.
-func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadRequest) (*protocol.ReadReply, error) {
-	cid := req.ConversationID.Int64()
-	mid := req.MsgID.Int64()
-	if mid <= 0 {
-		mid = req.LastMsgID.Int64()
-	}
+func (s *Service) Read(ctx context.Context, from Sender, req ReadMark) (*ReadMark, error) {
+	cid, mid := req.ConversationID, req.MsgID
 	if cid <= 0 || mid <= 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "conversation_id and msg_id are required")
 	}
@@ -94,7 +137,7 @@ func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadReques
 	if err != nil {
 		return nil, errcode.Unavailable("read", err)
 	}
-	reply := &protocol.ReadReply{ConversationID: jsonid.ID(cid), MsgID: jsonid.ID(eff)}
+	reply := &ReadMark{ConversationID: cid, MsgID: eff}
 	if !moved {
 		// Nothing changed in MySQL; repair a list entry that missed an
 		// earlier invalidation (a retry after a Redis failure), else done.
@@ -109,7 +152,7 @@ func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadReques
 	if err := s.invalidate(ctx, cid, from.UserID); err != nil {
 		return nil, err
 	}
-	s.signal(ctx, from, protocol.CmdReadMessage, cid, conv.Type, eff, []int64{from.UserID}, reply)
+	s.signal(ctx, from, protocol.CmdReadMessage, cid, conv.Type, eff, []int64{from.UserID}, reply.push())
 	return reply, nil
 }
 
@@ -120,14 +163,14 @@ func (s *Service) Read(ctx context.Context, from Sender, req protocol.ReadReques
 // and pushes nothing more once the first push was queued (the mailbox
 // events carry the recall to sync either way), so a client repeating a
 // recall cannot make every device of the other side ring again.
-func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageRef) (*protocol.MessageRef, error) {
+func (s *Service) Recall(ctx context.Context, from Sender, req MessageRef) (*MessageRef, error) {
 	if req.MsgID <= 0 || req.ConversationID < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
 	}
-	r, err := s.store.RecallMessage(ctx, req.MsgID.Int64(), req.ConversationID.Int64(), from.UserID, s.cfg.RecallWindow, time.Now(),
+	r, err := s.store.RecallMessage(ctx, req.MsgID, req.ConversationID, from.UserID, s.cfg.RecallWindow, time.Now(),
 		func(n int) ([]int64, error) { return mailbox.NewIDs(ctx, s.ids, n) },
 		func(member int64, m store.Message) store.MailboxEvent {
-			p, _ := protocol.Marshal(protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)})
+			p, _ := protocol.Marshal(MessageRef{MsgID: m.ID, ConversationID: m.ConversationID}.push())
 			return store.MailboxEvent{UserID: member, EventType: protocol.EventRecall, ConversationID: m.ConversationID, MsgID: m.ID, Payload: p}
 		})
 	switch {
@@ -141,7 +184,7 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 		return nil, errcode.Unavailable("recall", err)
 	}
 	cid := r.Message.ConversationID
-	reply := &protocol.MessageRef{MsgID: jsonid.ID(r.Message.ID), ConversationID: jsonid.ID(cid)}
+	reply := &MessageRef{MsgID: r.Message.ID, ConversationID: cid}
 	pushed := r.Already && s.recallPushed(ctx, r.Message.ID)
 	if pushed && r.Group {
 		return reply, nil
@@ -170,7 +213,7 @@ func (s *Service) Recall(ctx context.Context, from Sender, req protocol.MessageR
 	if err != nil {
 		ctype = 0 // only informative in the job
 	}
-	if s.signal(ctx, from, protocol.CmdRecallMessage, cid, ctype, r.Message.ID, r.Members, reply) {
+	if s.signal(ctx, from, protocol.CmdRecallMessage, cid, ctype, r.Message.ID, r.Members, reply.push()) {
 		s.markRecallPushed(ctx, r.Message.ID)
 	}
 	s.log.Debug("message recalled", zap.Int64("user_id", from.UserID), zap.Int64("conversation_id", cid),
@@ -202,8 +245,8 @@ func (s *Service) markRecallPushed(ctx context.Context, msgID int64) {
 // members, invalidates their list entries, appends a RECALL mailbox event
 // for each (every device) and pushes command 9 to their devices but the
 // recalling one.
-func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64, reply *protocol.MessageRef) error {
-	push, err := protocol.Marshal(reply)
+func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64, reply *MessageRef) error {
+	push, err := protocol.Marshal(reply.push())
 	if err != nil {
 		return fmt.Errorf("message: recall push: %w", err)
 	}
@@ -220,11 +263,11 @@ func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64
 }
 
 // Delete handles DELETE_MESSAGE (15): delete for me, on all my devices.
-func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageRef) (*protocol.MessageRef, error) {
+func (s *Service) Delete(ctx context.Context, from Sender, req MessageRef) (*MessageRef, error) {
 	if req.MsgID <= 0 || req.ConversationID < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
 	}
-	m, err := s.store.GetMessage(ctx, req.MsgID.Int64(), req.ConversationID.Int64())
+	m, err := s.store.GetMessage(ctx, req.MsgID, req.ConversationID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errcode.New(errcode.NotFound, "message not found")
 	}
@@ -234,12 +277,12 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 	if _, err := s.member(ctx, m.ConversationID, from.UserID); err != nil {
 		return nil, err
 	}
-	reply := &protocol.MessageRef{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID)}
+	reply := &MessageRef{MsgID: m.ID, ConversationID: m.ConversationID}
 	evID, err := s.ids.Next(ctx)
 	if err != nil {
 		return nil, errcode.Unavailable("event id", err)
 	}
-	payload, err := protocol.Marshal(reply)
+	payload, err := protocol.Marshal(reply.push())
 	if err != nil {
 		return nil, fmt.Errorf("message: delete event payload: %w", err)
 	}
@@ -260,15 +303,15 @@ func (s *Service) Delete(ctx context.Context, from Sender, req protocol.MessageR
 	// A repeat changes nothing: no push (the DELETE event brings it to
 	// sync either way).
 	if deleted {
-		s.signal(ctx, from, protocol.CmdDeleteMessage, m.ConversationID, ctype, m.ID, []int64{from.UserID}, reply)
+		s.signal(ctx, from, protocol.CmdDeleteMessage, m.ConversationID, ctype, m.ID, []int64{from.UserID}, reply.push())
 	}
 	return reply, nil
 }
 
 // Settings handles CONVERSATION_SETTINGS (16): mute / pin flags of the
 // user's membership (absent = unchanged); the answer carries both flags.
-func (s *Service) Settings(ctx context.Context, from Sender, req protocol.SettingsRequest) (*protocol.SettingsReply, error) {
-	cid := req.ConversationID.Int64()
+func (s *Service) Settings(ctx context.Context, from Sender, req SettingsChange) (*Settings, error) {
+	cid := req.ConversationID
 	if cid <= 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "conversation_id is required")
 	}
@@ -287,7 +330,7 @@ func (s *Service) Settings(ctx context.Context, from Sender, req protocol.Settin
 	if err != nil {
 		return nil, errcode.Unavailable("conversation", err)
 	}
-	reply := &protocol.SettingsReply{ConversationID: jsonid.ID(cid), Muted: m.Muted, Pinned: m.Pinned, Hidden: m.Hidden(conv.LastMsgID)}
+	reply := &Settings{ConversationID: cid, Muted: m.Muted, Pinned: m.Pinned, Hidden: m.Hidden(conv.LastMsgID)}
 	if req.Muted == nil && req.Pinned == nil && req.Hidden == nil {
 		return reply, nil
 	}
@@ -296,7 +339,7 @@ func (s *Service) Settings(ctx context.Context, from Sender, req protocol.Settin
 	}
 	// Settings that did not change push nothing to the other devices.
 	if before.Muted != m.Muted || before.Pinned != m.Pinned || before.Hidden(conv.LastMsgID) != reply.Hidden {
-		s.signal(ctx, from, protocol.CmdConversationSettings, cid, conv.Type, 0, []int64{from.UserID}, reply)
+		s.signal(ctx, from, protocol.CmdConversationSettings, cid, conv.Type, 0, []int64{from.UserID}, reply.push())
 	}
 	return reply, nil
 }

@@ -11,13 +11,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
-	"github.com/sparkim/spark/pkg/protocol"
 )
 
 // paused returns a service whose committer starts only when start is
@@ -39,7 +39,7 @@ func (e *env) paused(t *testing.T, machine int, cfg message.Config) (svc *messag
 }
 
 type sendResult struct {
-	ack *protocol.SendAck
+	ack *message.Ack
 	err error
 }
 
@@ -135,9 +135,9 @@ func TestSendBatchArrivalOrder(t *testing.T) {
 		if r.err != nil {
 			t.Fatalf("%s: %v", tt.name, r.err)
 		}
-		id := r.ack.MsgID.Int64()
-		if r.ack.ConversationID.Int64() != tt.conv {
-			t.Fatalf("%s: conversation %d, want %d", tt.name, r.ack.ConversationID.Int64(), tt.conv)
+		id := r.ack.MsgID
+		if r.ack.ConversationID != tt.conv {
+			t.Fatalf("%s: conversation %d, want %d", tt.name, r.ack.ConversationID, tt.conv)
 		}
 		if id <= last[tt.conv] {
 			t.Fatalf("%s: id %d not above the previous arrival's %d", tt.name, id, last[tt.conv])
@@ -247,13 +247,13 @@ func TestSendBatchDuplicateFallsBack(t *testing.T) {
 				t.Fatalf("clashing sends: codes %v (%v, %v), want %v", got, res[0].err, res[2].err, want)
 			}
 			if tt.sameAck {
-				x, _ := json.Marshal(res[0].ack)
-				y, _ := json.Marshal(res[2].ack)
+				x, _ := json.Marshal(clientwire.SendAck(res[0].ack))
+				y, _ := json.Marshal(clientwire.SendAck(res[2].ack))
 				if string(x) != string(y) {
 					t.Fatalf("acks %s and %s differ", x, y)
 				}
 			} else if res[0].err == nil && res[2].err == nil && res[0].ack.MsgID == res[2].ack.MsgID {
-				t.Fatalf("both sends got msg id %d", res[0].ack.MsgID.Int64())
+				t.Fatalf("both sends got msg id %d", res[0].ack.MsgID)
 			}
 			var rows int
 			if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE sender_id = ? AND client_msg_id = 'dup'", a); err != nil || rows != tt.rowsOfDup {
@@ -489,7 +489,7 @@ func TestSendLoneNotDelayed(t *testing.T) {
 		}
 	})
 	start()
-	send := func(cid string) (*protocol.SendAck, error) {
+	send := func(cid string) (*message.Ack, error) {
 		return svc.Send(ctx, message.Sender{UserID: u[0], DeviceID: "d"}, sendReq(body("to_user_id", u[1], "client_msg_id", cid, "message_type", 1, "content", text(cid))))
 	}
 	batches := func() []int {
@@ -564,7 +564,7 @@ func TestSendBatchReplays(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conv := first.ConversationID.Int64()
+	conv := first.ConversationID
 	svc2, _, m2, start2, queued2 := e.paused(t, 35, message.Config{CommitWorkers: 1})
 	res := sendBatch(t, svc2, start2, queued2, []batchSend{msg("k2", "two"), msg("k1", "one"), msg("k1", "changed"), msg("k3", "three")})
 	codes := make([]errcode.Code, len(res))
@@ -574,16 +574,16 @@ func TestSendBatchReplays(t *testing.T) {
 	if fmt.Sprint(codes) != fmt.Sprint([]errcode.Code{errcode.OK, errcode.OK, errcode.Conflict, errcode.OK}) {
 		t.Fatalf("codes %v (%v)", codes, res)
 	}
-	x, _ := json.Marshal(first)
-	y, _ := json.Marshal(res[1].ack)
+	x, _ := json.Marshal(clientwire.SendAck(first))
+	y, _ := json.Marshal(clientwire.SendAck(res[1].ack))
 	if string(x) != string(y) {
 		t.Fatalf("replay ack %s, want the original %s", y, x)
 	}
-	if n := e.jobs(t, conv, first.MsgID.Int64()); n != 2 {
+	if n := e.jobs(t, conv, first.MsgID); n != 2 {
 		t.Fatalf("%d jobs for the replayed message, want 2 (the send and its retry)", n)
 	}
-	if !(res[0].ack.MsgID.Int64() < res[3].ack.MsgID.Int64()) {
-		t.Fatalf("new ids %d, %d not in arrival order", res[0].ack.MsgID.Int64(), res[3].ack.MsgID.Int64())
+	if !(res[0].ack.MsgID < res[3].ack.MsgID) {
+		t.Fatalf("new ids %d, %d not in arrival order", res[0].ack.MsgID, res[3].ack.MsgID)
 	}
 	if ok, fb := batchCommits(m2, "ok"), batchCommits(m2, "fallback"); ok != 1 || fb != 0 {
 		t.Fatalf("%d transactions, %d fallbacks; want 1, 0", ok, fb)

@@ -14,7 +14,6 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/failpoint"
-	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/retry"
@@ -65,9 +64,19 @@ type Flags struct {
 	NoOfflinePush bool
 }
 
-// Send commits one message from an authenticated device and returns the
-// SEND_ACK data, or an *errcode.Error.
-func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*protocol.SendAck, error) {
+// Ack is the answer to a committed send (SEND_ACK, SendMessageReply): the
+// message's id, its conversation and the sender's client_msg_id.
+type Ack struct {
+	MsgID          int64
+	ClientMsgID    string
+	ConversationID int64
+	// ServerTime is when the message was committed.
+	ServerTime time.Time
+}
+
+// Send commits one message from an authenticated device and returns its
+// Ack, or an *errcode.Error.
+func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack, error) {
 	if err := req.To.Validate(); err != nil {
 		return nil, err
 	}
@@ -144,7 +153,7 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*prot
 // not a mode: the group commit falls back to it for the sends of a batch
 // the database refused, as it handles every per-row case (duplicates, a
 // reused client msg_id) one at a time.
-func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*protocol.SendAck, error) {
+func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*Ack, error) {
 	row, err := s.commit(ctx, from, conv, req, content)
 	if errors.Is(err, errReplay) {
 		ack, found, err := s.replay(ctx, from, conv, req, content)
@@ -179,7 +188,7 @@ func (s *Service) logCommitted(row store.Message, from Sender) {
 // this lookup for all its sends in one statement; replay is the lookup of
 // one send, for the single-send fallback and for a send its permissions
 // refused.
-func (s *Service) replay(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*protocol.SendAck, bool, error) {
+func (s *Service) replay(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*Ack, bool, error) {
 	row, err := s.store.FindByClientMsgID(ctx, from.UserID, conv.ID, req.ClientMsgID)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, false, nil
@@ -257,14 +266,6 @@ func (s *Service) acceptClientID(id, last int64, now time.Time) bool {
 	return id > last && s.clientIDInTime(id, now)
 }
 
-func ackOf(row store.Message) *protocol.SendAck {
-	return &protocol.SendAck{
-		MsgID:          jsonid.ID(row.ID),
-		ClientMsgID:    row.ClientMsgID,
-		ConversationID: jsonid.ID(row.ConversationID),
-		ServerTime:     row.CreatedAt.UnixMilli(),
-	}
+func ackOf(row store.Message) *Ack {
+	return &Ack{MsgID: row.ID, ClientMsgID: row.ClientMsgID, ConversationID: row.ConversationID, ServerTime: row.CreatedAt}
 }
-
-// busy wraps a dependency failure as 50301: the client retries with the
-// same client_msg_id.

@@ -13,6 +13,7 @@ import (
 	"github.com/jmoiron/sqlx"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
@@ -248,7 +249,7 @@ func TestSendIdempotency(t *testing.T) {
 			t.Fatalf("%s: code %s (%v), want %s", tt.name, got, err, tt.want)
 		}
 		if err == nil {
-			b, _ := json.Marshal(ack)
+			b, _ := json.Marshal(clientwire.SendAck(ack))
 			acks = append(acks, b)
 		}
 	}
@@ -294,7 +295,7 @@ func TestSendConcurrentIdentical(t *testing.T) {
 				sendReq(body("to_user_id", u[1], "client_msg_id", "same", "message_type", 1, "content", text("once"))))
 			errs[i] = err
 			if err == nil {
-				b, _ := json.Marshal(ack)
+				b, _ := json.Marshal(clientwire.SendAck(ack))
 				acks[i] = string(b)
 			}
 		}()
@@ -383,7 +384,7 @@ func TestSendOrderAcrossGenerators(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				acked[ack.MsgID.Int64()] = true
+				acked[ack.MsgID] = true
 				mu.Unlock()
 			}
 		}()
@@ -432,7 +433,7 @@ func TestSendClientMsgID(t *testing.T) {
 	fresh, _ := gen.Next(ctx)
 	// a GENERATE_MSG_ID id is kept
 	ack, err := svc.Send(ctx, from, sendReq(body("to_user_id", u[1], "client_msg_id", "a", "msg_id", fmt.Sprint(fresh), "message_type", 1, "content", text("x"))))
-	if err != nil || ack.MsgID.Int64() != fresh {
+	if err != nil || ack.MsgID != fresh {
 		t.Fatalf("ack %+v (%v), want msg id %d kept", ack, err, fresh)
 	}
 	old := int64(1) << 22 // issued at the epoch: outside the window
@@ -455,8 +456,8 @@ func TestSendClientMsgID(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", tt.name, err)
 		}
-		if ack.MsgID.Int64() == tt.id || ack.MsgID.Int64() <= fresh {
-			t.Fatalf("%s: got msg id %d, want a new one above %d", tt.name, ack.MsgID.Int64(), fresh)
+		if ack.MsgID == tt.id || ack.MsgID <= fresh {
+			t.Fatalf("%s: got msg id %d, want a new one above %d", tt.name, ack.MsgID, fresh)
 		}
 	}
 
@@ -480,7 +481,7 @@ func TestSendClientMsgID(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
-		if kept := ack.MsgID.Int64() == c.id; kept != c.keep {
+		if kept := ack.MsgID == c.id; kept != c.keep {
 			t.Fatalf("%s: id %d kept %v, want %v", c.name, c.id, kept, c.keep)
 		}
 	}
@@ -540,7 +541,7 @@ func TestSendClientMsgIDConcurrent(t *testing.T) {
 					t.Error(err)
 					return
 				}
-				results[g] = append(results[g], sent{client: client, got: ack.MsgID.Int64(), mustReplace: mustReplace})
+				results[g] = append(results[g], sent{client: client, got: ack.MsgID, mustReplace: mustReplace})
 			}
 		}()
 	}
@@ -602,7 +603,7 @@ func TestSendSpreadsOneLogicsConversationsOverThePartitions(t *testing.T) {
 		if err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
-		b, _ := json.Marshal(ack)
+		b, _ := json.Marshal(clientwire.SendAck(ack))
 		conv, id := ackIDs(t, b)
 		if n := e.jobs(t, conv, id); n != 1 {
 			t.Fatalf("send %d: %d jobs on conversation %d's partition, want 1", i, n, conv)
