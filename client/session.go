@@ -319,14 +319,7 @@ func (s *Session) serve(c *Conn, addr string) string {
 
 // sleep waits d; false when the session was closed meanwhile.
 func (s *Session) sleep(d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-s.ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return retry.Sleep(s.ctx, d) == nil
 }
 
 // end records why the session ended and wakes Conn's waiters.

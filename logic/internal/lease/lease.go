@@ -20,6 +20,7 @@ import (
 
 	"github.com/sparkim/spark/pkg/failpoint"
 	redislease "github.com/sparkim/spark/pkg/lease"
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // ErrHeld is returned when another holder keeps the lease.
@@ -91,10 +92,8 @@ func Acquire(ctx context.Context, rdb redis.UniversalClient, key string, opts Op
 		if time.Now().After(deadline) {
 			return nil, fmt.Errorf("%w: %s", ErrHeld, key)
 		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("lease: waiting for %s: %w", key, ctx.Err())
-		case <-time.After(250 * time.Millisecond):
+		if err := retry.Sleep(ctx, 250*time.Millisecond); err != nil {
+			return nil, fmt.Errorf("lease: waiting for %s: %w", key, err)
 		}
 	}
 	go l.renew()

@@ -16,6 +16,7 @@ import (
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/queue"
+	"github.com/sparkim/spark/pkg/retry"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
@@ -96,6 +97,10 @@ func (s *Service) enqueueFrom(ctx context.Context, row store.Message, job *queue
 	return nil
 }
 
+// enqueueRetry paces the XADD attempts of one job: 20 ms before the
+// second, doubling to 200 ms.
+var enqueueRetry = retry.Policy{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond, Multiplier: 2}
+
 // enqueueJob XADDs a job with bounded retries (logic.enqueue_retries),
 // starting at attempt first; prev is the error of the attempts before it.
 // The attempts, counted from start (when attempt 0 began), end within
@@ -107,17 +112,9 @@ func (s *Service) enqueueJob(ctx context.Context, job *queuev1.DeliverJob, first
 attempts:
 	for attempt := first; attempt < s.cfg.EnqueueRetries; attempt++ {
 		if attempt > 0 {
-			d := time.Duration(10<<attempt) * time.Millisecond
-			if d > 200*time.Millisecond {
-				d = 200 * time.Millisecond
-			}
-			t := time.NewTimer(d)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				last = errors.Join(last, ctx.Err())
+			if err := retry.Sleep(ctx, enqueueRetry.Delay(attempt-1)); err != nil {
+				last = errors.Join(last, err)
 				break attempts
-			case <-t.C:
 			}
 		}
 		if last = failpoint.Inject("logic/send/beforeEnqueue"); last == nil {
