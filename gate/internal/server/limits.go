@@ -143,7 +143,7 @@ type refusal struct {
 
 // refuse builds the refusal for reason: command AUTH (1), RequestID 0,
 // code 42901 naming the cap.
-func (s *Server) refuse(reason string) *refusal {
+func (s *sessions) refuse(reason string) *refusal {
 	b := &frameBatch{}
 	b.add(frame.Header{Command: protocol.CmdAuth}, envelope.Fail(s.ids.Next(), errcode.RateLimited, reason))
 	return &refusal{reason: reason, frame: b}

@@ -78,7 +78,7 @@ func (s *Server) listen(spec listenSpec) error {
 		kind:     spec.kind,
 		base:     s.ctx,
 		draining: &s.draining,
-		sessions: s,
+		sessions: s.sess,
 		log:      s.log,
 		metrics:  s.metrics,
 	}

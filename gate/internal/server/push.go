@@ -17,7 +17,8 @@ import (
 // gate's connections through it.
 type pushService struct {
 	gatev1.UnimplementedPushServer
-	s *Server
+	sess   *sessions
+	gateID string
 }
 
 func checkCommand(cmd uint32) (uint16, error) {
@@ -68,7 +69,7 @@ func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.Push
 		if err := ctx.Err(); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
-		c := p.s.table.Get(t.ConnId)
+		c := p.sess.table.Get(t.ConnId)
 		if c != nil && c.state.Load() == stateConnecting {
 			// Logic writes the route while it answers AUTH, before this
 			// gate binds the session: a push in between finds the
@@ -84,7 +85,7 @@ func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.Push
 			reply.Missing = append(reply.Missing, t)
 			continue
 		}
-		switch p.s.push(c, cmd, req.Body) {
+		switch p.sess.push(c, cmd, req.Body) {
 		case queued:
 			reply.Delivered++
 		case queueFull:
@@ -98,7 +99,7 @@ func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.Push
 
 // push queues a server-initiated frame: RequestID 0 and the connection's
 // next SequenceID, which PUSH_ACK echoes.
-func (s *Server) push(c *Conn, cmd uint16, body []byte) enqueueResult {
+func (s *sessions) push(c *Conn, cmd uint16, body []byte) enqueueResult {
 	res := c.out.Enqueue(outFrame{
 		hdr:  frame.Header{Command: cmd, SequenceID: c.nextPushSeq()},
 		body: body,
@@ -118,7 +119,7 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 	if reason == "" {
 		reason = "kicked"
 	}
-	body, err := p.s.kickBody(reason)
+	body, err := p.sess.kickBody(reason)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
@@ -127,7 +128,7 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 		if err := ctx.Err(); err != nil {
 			return nil, status.FromContextError(err).Err()
 		}
-		c := p.s.table.Get(t.ConnId)
+		c := p.sess.table.Get(t.ConnId)
 		if c != nil && c.state.Load() == stateConnecting && c.authInflight.Load() {
 			// Its AUTH answer is on the way (logic wrote the route, then a
 			// newer AUTH of the device replaced it): kick it once bound,
@@ -137,7 +138,7 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 				// The bind won the race and may have looked before the
 				// kick was recorded: whoever takes it, kicks.
 				if k := c.takeDeferredKick(); k != nil {
-					p.s.kick(c, k.reason, k.body)
+					p.sess.kick(c, k.reason, k.body)
 				}
 			}
 			reply.Kicked++
@@ -146,7 +147,7 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 		if c == nil || !c.matches(t.UserId, t.DeviceId) {
 			continue
 		}
-		if p.s.kick(c, reason, body) {
+		if p.sess.kick(c, reason, body) {
 			reply.Kicked++
 		}
 	}
@@ -154,7 +155,7 @@ func (p *pushService) Kick(ctx context.Context, req *gatev1.KickRequest) (*gatev
 }
 
 // kickBody is the body of KICK {"reason"}.
-func (s *Server) kickBody(reason string) ([]byte, error) {
+func (s *sessions) kickBody(reason string) ([]byte, error) {
 	data, err := protocol.Marshal(protocol.Kick{Reason: reason})
 	if err != nil {
 		return nil, fmt.Errorf("encode kick: %w", err)
@@ -164,7 +165,7 @@ func (s *Server) kickBody(reason string) ([]byte, error) {
 
 // kick queues KICK as c's last frame and takes c out of the table; it
 // reports false when c had already left it (closed or kicked).
-func (s *Server) kick(c *Conn, reason string, body []byte) bool {
+func (s *sessions) kick(c *Conn, reason string, body []byte) bool {
 	if !s.table.Remove(c) {
 		return false
 	}
@@ -188,14 +189,14 @@ func (p *pushService) Broadcast(ctx context.Context, req *gatev1.BroadcastReques
 		return nil, err
 	}
 	reply := &gatev1.BroadcastReply{}
-	p.s.table.Range(func(c *Conn) bool {
+	p.sess.table.Range(func(c *Conn) bool {
 		if ctx.Err() != nil {
 			return false
 		}
 		if !c.Authenticated() {
 			return true
 		}
-		switch p.s.push(c, cmd, req.Body) {
+		switch p.sess.push(c, cmd, req.Body) {
 		case queued:
 			reply.Delivered++
 		case queueFull:
@@ -211,9 +212,9 @@ func (p *pushService) Broadcast(ctx context.Context, req *gatev1.BroadcastReques
 
 // Stats reports the gate's counters.
 func (p *pushService) Stats(context.Context, *gatev1.StatsRequest) (*gatev1.StatsReply, error) {
-	m := p.s.metrics
+	m := p.sess.metrics
 	return &gatev1.StatsReply{
-		GateId:        p.s.cfg.ID,
+		GateId:        p.gateID,
 		Connections:   uint64(max(m.Connections.Load(), 0)),
 		Authenticated: uint64(max(m.Authenticated.Load(), 0)),
 		FramesIn:      m.FramesIn.Load(),

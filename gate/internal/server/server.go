@@ -64,8 +64,9 @@ type Server struct {
 	log     *zap.Logger
 	metrics *Metrics
 	table   *Table
-	ids     *envelope.IDSource
-	connIDs *ConnIDs
+	// sess is the session layer; the server wires it to the listeners,
+	// the upstream and the Push service.
+	sess    *sessions
 	sweeper *Sweeper
 	drain   time.Duration
 	// proxy is the PROXY protocol stage, nil when gate.proxy_protocol is
@@ -145,7 +146,7 @@ func New(opts Options) (*Server, error) {
 		tlsSt = &tlsStage{conf: newTLSConfig(c), slots: make(chan struct{}, cfg.TLSMaxHandshakes), timeout: cfg.TLSHandshakeTimeout}
 	}
 	t := NewTable(cfg.Shards)
-	return &Server{
+	srv := &Server{
 		certs:    certs,
 		tls:      tlsSt,
 		proxy:    proxy,
@@ -156,12 +157,23 @@ func New(opts Options) (*Server, error) {
 		log:      opts.Logger,
 		metrics:  metrics,
 		table:    t,
-		ids:      envelope.NewIDSource(),
-		connIDs:  NewConnIDs(time.Now()),
 		sweeper:  NewSweeper(t, cfg.AuthTimeout, cfg.IdleTimeout, cfg.SweepInterval),
 		drain:    cfg.DrainTimeout,
 		serveErr: make(chan error, 8),
-	}, nil
+	}
+	srv.sess = &sessions{
+		maxFrame:        cfg.MaxFrameSize,
+		preAuthMaxFrame: cfg.PreAuthMaxFrameSize,
+		outboundQueue:   cfg.OutboundQueue,
+		log:             opts.Logger,
+		metrics:         metrics,
+		table:           t,
+		limits:          limits,
+		ids:             envelope.NewIDSource(),
+		connIDs:         NewConnIDs(time.Now()),
+		draining:        &srv.draining,
+	}
+	return srv, nil
 }
 
 // Start binds the client and Push listeners and starts the logic streams.
@@ -189,16 +201,16 @@ func (s *Server) Start(ctx context.Context) error {
 		MaxInflight:     s.cfg.MaxInflight,
 		MaxPerConn:      s.cfg.MaxInflightPerConn,
 		RequestTimeout:  s.cfg.RequestTimeout,
-	}, s.log, s.metrics, s)
+	}, s.log, s.metrics, s.sess)
 	if err != nil {
 		_ = pushLn.Close()
 		return err
 	}
-	s.up = up
+	s.up, s.sess.up = up, up
 
 	guard := clusterauth.NewGuard(s.secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix)
 	s.pushSrv = grpc.NewServer(append(guard.ServerOptions(), rpclimit.ServerOptions()...)...)
-	gatev1.RegisterPushServer(s.pushSrv, &pushService{s: s})
+	gatev1.RegisterPushServer(s.pushSrv, &pushService{sess: s.sess, gateID: s.cfg.ID})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.pushSrv, s.health)
 	reflection.Register(s.pushSrv)

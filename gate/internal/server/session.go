@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -18,6 +19,28 @@ import (
 // inflateFactor bounds how far a gzip body may expand: enough for JSON,
 // too little for a decompression bomb.
 const inflateFactor = 4
+
+// sessions is the session layer: every client connection's session from
+// its start to its end. It holds what the layer needs, shared with the
+// server that built it, and nothing of the server's wiring (listeners,
+// the Push server, health); carriers reach it through sessionLayer, the
+// upstream through responder, the Push service directly.
+type sessions struct {
+	maxFrame        int
+	preAuthMaxFrame int
+	outboundQueue   int
+
+	log     *zap.Logger
+	metrics *Metrics
+	table   *Table
+	limits  *connLimits
+	ids     *envelope.IDSource
+	connIDs *ConnIDs
+	// draining is the server's flag: no session starts once it is set.
+	draining *atomic.Bool
+	// up is set by Server.Start before any listener accepts.
+	up *Upstream
+}
 
 // sessionLayer is what a carrier hands a connection's life to: its
 // start, its frames and its end. Carriers reach the session layer only
@@ -43,7 +66,7 @@ type sessionLayer interface {
 // (the socket peer, the PROXY header's source, a trusted proxy's header).
 // A connection over one of the gate's caps gets no session but a refusal
 // to write. It never blocks.
-func (s *Server) openSession(tr Transport, realIP string) (*Conn, *refusal) {
+func (s *sessions) openSession(tr Transport, realIP string) (*Conn, *refusal) {
 	if s.draining.Load() {
 		return nil, nil
 	}
@@ -53,7 +76,7 @@ func (s *Server) openSession(tr Transport, realIP string) (*Conn, *refusal) {
 	}
 	c := newConn(s.connIDs.Next(), tr, realIP, time.Now())
 	c.addrKey = key
-	c.out = NewOutbound(c, s.cfg.OutboundQueue, func(n int) { s.metrics.FramesOut.Add(uint64(n)) })
+	c.out = NewOutbound(c, s.outboundQueue, func(n int) { s.metrics.FramesOut.Add(uint64(n)) })
 	s.table.Add(c)
 	s.metrics.Connections.Add(1)
 	// A transport's Kind never changes, so closing finds the same gauge.
@@ -62,7 +85,7 @@ func (s *Server) openSession(tr Transport, realIP string) (*Conn, *refusal) {
 }
 
 // closeSession runs once when the transport has closed, whoever closed it.
-func (s *Server) closeSession(c *Conn) {
+func (s *sessions) closeSession(c *Conn) {
 	c.mu.Lock()
 	prev := c.state.Swap(stateClosed)
 	sess := c.session
@@ -89,7 +112,7 @@ func (s *Server) closeSession(c *Conn) {
 
 // badFrame closes a connection whose byte stream cannot be trusted any more
 // (bad magic, version or length) without reading further.
-func (s *Server) badFrame(c *Conn, err error) {
+func (s *sessions) badFrame(c *Conn, err error) {
 	if errors.Is(err, frame.ErrTooLarge) && !c.Authenticated() {
 		s.limits.preAuthTooLarge.Add(1)
 	}
@@ -101,7 +124,7 @@ func (s *Server) badFrame(c *Conn, err error) {
 // says body points into the transport's buffer and must be copied to be
 // kept. It reports false when the connection is closing: a closing
 // session takes no more frames.
-func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body []byte, aliased bool) bool {
+func (s *sessions) handleFrame(ctx context.Context, c *Conn, h frame.Header, body []byte, aliased bool) bool {
 	if c.closing() {
 		return false
 	}
@@ -157,7 +180,7 @@ func (s *Server) handleFrame(ctx context.Context, c *Conn, h frame.Header, body 
 // shutdown sets leaving before it reads awaiting, so either the kick
 // waits for this request's answer or the request is refused; it is never
 // answered after the KICK.
-func (s *Server) forward(ctx context.Context, c *Conn, sess *logicv1.Session, h frame.Header, body []byte) bool {
+func (s *sessions) forward(ctx context.Context, c *Conn, sess *logicv1.Session, h frame.Header, body []byte) bool {
 	c.awaiting.Add(1)
 	if c.leaving.Load() {
 		c.awaiting.Add(-1)
@@ -175,11 +198,11 @@ func (s *Server) forward(ctx context.Context, c *Conn, sess *logicv1.Session, h 
 // frameLimit is the largest frame (and a quarter of the largest inflated
 // body) c may send now: gate.preauth_max_frame_size until it has
 // authenticated (or while it has no session), then gate.max_frame_size.
-func (s *Server) frameLimit(c *Conn) int {
+func (s *sessions) frameLimit(c *Conn) int {
 	if c != nil && c.Authenticated() {
-		return s.cfg.MaxFrameSize
+		return s.maxFrame
 	}
-	return s.cfg.PreAuthMaxFrameSize
+	return s.preAuthMaxFrame
 }
 
 // own returns a body the caller may keep after netpoll releases its buffer.
@@ -195,7 +218,7 @@ func own(body []byte, aliased bool) []byte {
 // requests far faster than it reads their answers: it gets what is
 // queued and is then closed, rather than left waiting for answers that
 // were dropped, and reconnects and syncs like after any lost connection.
-func (s *Server) answer(c *Conn, h frame.Header, body []byte, kind frameKind, closeAfter bool) {
+func (s *sessions) answer(c *Conn, h frame.Header, body []byte, kind frameKind, closeAfter bool) {
 	f := outFrame{
 		hdr:   frame.Header{Command: h.Command, RequestID: h.RequestID, SequenceID: h.SequenceID},
 		body:  body,
@@ -218,23 +241,23 @@ func (s *Server) answer(c *Conn, h frame.Header, body []byte, kind frameKind, cl
 	}
 }
 
-func (s *Server) fail(c *Conn, h frame.Header, code errcode.Code, msg string) {
+func (s *sessions) fail(c *Conn, h frame.Header, code errcode.Code, msg string) {
 	s.answer(c, h, envelope.Fail(s.ids.Next(), code, msg), kindResponse, false)
 }
 
-func (s *Server) busy(c *Conn, h frame.Header) {
+func (s *sessions) busy(c *Conn, h frame.Header) {
 	s.metrics.BusyRejects.Add(1)
 	s.fail(c, h, errcode.Busy, "")
 }
 
 // failAndClose answers and closes the connection once the answer is out.
-func (s *Server) failAndClose(c *Conn, h frame.Header, code errcode.Code, why closeReason, msg string) {
+func (s *sessions) failAndClose(c *Conn, h frame.Header, code errcode.Code, why closeReason, msg string) {
 	c.setCloseReason(why)
 	s.answer(c, h, envelope.Fail(s.ids.Next(), code, msg), kindControl, true)
 }
 
 // onResponse implements responder: logic answered p.
-func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendingReq) {
+func (s *sessions) onResponse(_ context.Context, resp *logicv1.Response, p *pendingReq) {
 	c := s.table.Get(resp.ConnId)
 	if c == nil {
 		if resp.Bind != nil {
@@ -277,7 +300,7 @@ func (s *Server) onResponse(_ context.Context, resp *logicv1.Response, p *pendin
 }
 
 // onBusy implements responder: logic will not answer p.
-func (s *Server) onBusy(_ context.Context, p *pendingReq) {
+func (s *sessions) onBusy(_ context.Context, p *pendingReq) {
 	c := s.table.Get(p.key.conn)
 	if c == nil {
 		return
@@ -292,7 +315,7 @@ func (s *Server) onBusy(_ context.Context, p *pendingReq) {
 // rangeBindings implements responder: every authenticated connection with
 // its session, for a Rebind after logic lost the route table. Table.Range
 // calls fn outside its locks, so a slow fn never stalls accepts or pushes.
-func (s *Server) rangeBindings(fn func(*logicv1.Binding) bool) {
+func (s *sessions) rangeBindings(fn func(*logicv1.Binding) bool) {
 	s.table.Range(func(c *Conn) bool {
 		if !c.Authenticated() {
 			return true

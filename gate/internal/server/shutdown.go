@@ -35,7 +35,7 @@ type leavingConn struct {
 func (s *Server) kickAll(ctx context.Context, window time.Duration) []*Conn {
 	var conns []*Conn
 	s.table.Range(func(c *Conn) bool { conns = append(conns, c); return true })
-	body, err := s.kickBody(ShutdownKickReason)
+	body, err := s.sess.kickBody(ShutdownKickReason)
 	if err != nil {
 		// A fixed struct always encodes; close without a KICK rather
 		// than not at all.
@@ -74,7 +74,7 @@ func (s *Server) kickAll(ctx context.Context, window time.Duration) []*Conn {
 				keep = append(keep, p)
 				continue
 			}
-			if s.kick(p.c, ShutdownKickReason, body) {
+			if s.sess.kick(p.c, ShutdownKickReason, body) {
 				kicked = append(kicked, p.c)
 			}
 		}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/gobwas/ws"
 
-	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/frame"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -28,7 +27,7 @@ func FuzzParseWSHeader(f *testing.F) {
 		f.Add(seed)
 	}
 	// An authenticated session's limit, the larger one.
-	s := &Server{cfg: config.Gate{MaxFrameSize: frame.DefaultMaxFrameSize}}
+	s := &sessions{maxFrame: frame.DefaultMaxFrameSize}
 	c := newConn(1, newNopSocket(), "", time.Now())
 	c.bind(&logicv1.Session{UserId: 1, DeviceId: "fuzz"})
 	t := &wsTransport{socket: socket{l: &listener{sessions: s}, c: c}}
