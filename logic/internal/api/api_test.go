@@ -182,10 +182,7 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(sendSvc.Close)
-	inboxSvc, err := inbox.New(st, rdb, mailbox.New(st, gen), defaults.Logic.MaxFrameSize, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inboxSvc := inbox.New(st, rdb, mailbox.New(st, gen), nil)
 	onl := online.New(rdb, reg, clients, 3*time.Second, nil)
 	notes := &recorder{}
 	srv := api.New(api.Services{

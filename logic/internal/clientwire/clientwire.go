@@ -8,8 +8,10 @@ package clientwire
 
 import (
 	"encoding/json"
+	"math"
 
 	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/jsonid"
@@ -111,4 +113,74 @@ func SettingsChange(w protocol.SettingsRequest) message.SettingsChange {
 // SettingsReply is the data of the CONVERSATION_SETTINGS answer.
 func SettingsReply(r *message.Settings) protocol.SettingsReply {
 	return protocol.SettingsReply{ConversationID: jsonid.ID(r.ConversationID), Muted: r.Muted, Pinned: r.Pinned, Hidden: r.Hidden}
+}
+
+// InboxQuery converts the SYNC_INBOX body of a device, bounded by bound
+// (ListBound).
+func InboxQuery(uid int64, device string, w protocol.SyncInboxRequest, bound inbox.ListBound) inbox.InboxQuery {
+	return inbox.InboxQuery{
+		UserID: uid, DeviceID: device, DialogCursor: string(w.DialogCursor), MailboxSeq: w.MailboxSeq.Int64(),
+		Limit: w.Limit, Bound: bound,
+	}
+}
+
+// ListBound is the byte bound of a SYNC_INBOX page answered in frames of
+// maxFrame bytes (≤ 0 means frame.DefaultMaxFrameSize): each entry counted
+// at its JSON length.
+func ListBound(maxFrame int) inbox.ListBound {
+	if maxFrame <= 0 {
+		maxFrame = frame.DefaultMaxFrameSize
+	}
+	return inbox.ListBound{
+		Budget:           protocol.PageBudget(maxFrame),
+		ConversationSize: func(c inbox.Conversation) int { return encodedLen(Conversation(c)) },
+		EventSize:        func(e mailbox.Event) int { return encodedLen(MailboxEvent(e)) },
+	}
+}
+
+// encodedLen is the length of v as it will be written.
+func encodedLen(v any) int {
+	b, err := protocol.Marshal(v)
+	if err != nil {
+		// Unencodable entries fail the whole answer when it is written;
+		// counting them as huge only ends the page early.
+		return math.MaxInt32
+	}
+	return len(b)
+}
+
+// SyncInboxReply is the data of the SYNC_INBOX answer of page.
+func SyncInboxReply(page inbox.InboxPage) *protocol.SyncInboxReply {
+	r := &protocol.SyncInboxReply{
+		Conversations: make([]protocol.Conversation, 0, len(page.Conversations)),
+		Events:        make([]protocol.MailboxEvent, 0, len(page.Events)),
+		DialogCursor:  page.DialogCursor, MailboxSeq: jsonid.ID(page.MailboxSeq),
+	}
+	for _, c := range page.Conversations {
+		r.Conversations = append(r.Conversations, Conversation(c))
+	}
+	for _, e := range page.Events {
+		r.Events = append(r.Events, MailboxEvent(e))
+	}
+	return r
+}
+
+// Conversation is the client form of a conversation list entry.
+func Conversation(c inbox.Conversation) protocol.Conversation {
+	w := protocol.Conversation{
+		ConversationID: jsonid.ID(c.ID), ConversationType: c.Type, PeerID: jsonid.ID(c.PeerID), GroupID: jsonid.ID(c.GroupID),
+		LastMsgID: jsonid.ID(c.LastMsgID), LastMsgAt: c.LastMsgAt, Unread: c.Unread, Muted: c.Muted, Pinned: c.Pinned, Hidden: c.Hidden,
+	}
+	if p := c.Preview; p != nil {
+		w.Preview = &protocol.Preview{MsgID: jsonid.ID(p.MsgID), MessageType: p.MessageType, Text: p.Text, SenderID: jsonid.ID(p.SenderID), Recalled: p.Recalled}
+	}
+	return w
+}
+
+// MailboxEvent is the client form of a mailbox event.
+func MailboxEvent(e mailbox.Event) protocol.MailboxEvent {
+	return protocol.MailboxEvent{
+		Seq: jsonid.ID(e.Seq), EventType: e.EventType, ConversationID: jsonid.ID(e.ConversationID),
+		MsgID: jsonid.ID(e.MsgID), Payload: json.RawMessage(e.Payload),
+	}
 }

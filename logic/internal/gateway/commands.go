@@ -5,7 +5,6 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/auth"
 	"github.com/sparkim/spark/logic/internal/clientwire"
-	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/pkg/errcode"
@@ -62,9 +61,12 @@ var commands = map[uint32]command{
 	uint32(protocol.CmdSyncInbox): {class: ratelimit.Sync, limited: true, serve: decoded(invalidJSON, true,
 		func(h *Handler, c *call, r protocol.SyncInboxRequest) (any, error) {
 			s := c.req.Session
-			reply, more, err := h.Inbox.SyncInbox(c.ctx, inbox.User{UserID: s.UserId, DeviceID: s.DeviceId}, r)
-			c.resp.Command = pageCommand(more, protocol.CmdSyncInbox, protocol.CmdSyncInboxFinish)
-			return reply, err
+			page, err := h.Inbox.SyncInbox(c.ctx, clientwire.InboxQuery(s.UserId, s.DeviceId, r, h.listBound))
+			if err != nil {
+				return nil, err
+			}
+			c.resp.Command = pageCommand(page.More, protocol.CmdSyncInbox, protocol.CmdSyncInboxFinish)
+			return clientwire.SyncInboxReply(page), nil
 		})},
 	uint32(protocol.CmdSyncMessages): {class: ratelimit.Sync, limited: true, serve: decoded(invalidIDs, false,
 		func(h *Handler, c *call, r protocol.SyncMessagesRequest) (any, error) {

@@ -90,10 +90,7 @@ func newEnv(t *testing.T, machine int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := inbox.New(st, rdb, mb, defaults.Logic.MaxFrameSize, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := inbox.New(st, rdb, mb, nil)
 	groups, err := group.New(st, gen, group.Config{MaxMembers: defaults.Logic.GroupMaxMembers})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +101,7 @@ func newEnv(t *testing.T, machine int) *env {
 	}
 	notes := &recorder{}
 	return &env{st: st, rdb: rdb, reg: reg, notes: notes, handler: &gateway.Handler{
-		Auth: a, Messages: send, Inbox: in, IDs: gen,
+		Auth: a, Messages: send, Inbox: in, MaxFrameSize: defaults.Logic.MaxFrameSize, IDs: gen,
 		Relations: rel, Groups: groups, Notifier: notes, Timeout: defaults.Logic.RequestTimeout,
 	}}
 }

@@ -63,6 +63,7 @@ type Handler struct {
 	once      sync.Once
 	reqIDs    *envelope.IDSource
 	pageBound inbox.SizeBound
+	listBound inbox.ListBound
 }
 
 func (h *Handler) init() { h.once.Do(h.setDefaults) }
@@ -78,6 +79,7 @@ func (h *Handler) setDefaults() {
 		h.Metrics = metrics.New(nil)
 	}
 	h.pageBound = clientwire.PageBound(h.MaxFrameSize)
+	h.listBound = clientwire.ListBound(h.MaxFrameSize)
 }
 
 // Handle answers one request; it always returns exactly one Response.

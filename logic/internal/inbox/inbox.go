@@ -10,8 +10,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"math"
 	"strconv"
 	"time"
 
@@ -22,7 +20,6 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/errcode"
-	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 )
 
@@ -39,28 +36,15 @@ type Service struct {
 	rdb     redis.Cmdable
 	mailbox *mailbox.Service
 	log     *zap.Logger
-	// budget is how many bytes a page's lists may take so the answer's
-	// frame fits in the clients' max_frame_size.
-	budget int
 }
 
-// New returns a Service whose answers fit in frames of maxFrame bytes
-// (logic.max_frame_size); it refuses a limit below 4 KiB, as the config
-// does.
-func New(st *store.Store, rdb redis.Cmdable, mb *mailbox.Service, maxFrame int, log *zap.Logger) (*Service, error) {
-	if maxFrame < 4<<10 {
-		return nil, fmt.Errorf("inbox: logic.max_frame_size %d must be at least 4096 bytes", maxFrame)
-	}
+// New returns a Service. Its pages are bounded by what the asking front
+// door gives in each query (ListBound, SizeBound), not by one frame size.
+func New(st *store.Store, rdb redis.Cmdable, mb *mailbox.Service, log *zap.Logger) *Service {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Service{store: st, rdb: rdb, mailbox: mb, log: log, budget: protocol.PageBudget(maxFrame)}, nil
-}
-
-// User is the authenticated device asking.
-type User struct {
-	UserID   int64
-	DeviceID string
+	return &Service{store: st, rdb: rdb, mailbox: mb, log: log}
 }
 
 // limit applies a page size's default and clamp; a negative one is 40001.
@@ -84,73 +68,141 @@ func newEpoch() string {
 	return strconv.FormatInt(time.Now().UnixMilli(), 36) + hex.EncodeToString(b[:])
 }
 
-// SyncInbox answers one SYNC_INBOX request. more reports whether another
-// page follows (answer command 10; 11 when false).
-func (s *Service) SyncInbox(ctx context.Context, u User, req protocol.SyncInboxRequest) (reply *protocol.SyncInboxReply, more bool, err error) {
-	cur, err := dialog.ParseCursor(string(req.DialogCursor))
+// InboxQuery asks for a page of a device's conversation list changes and
+// mailbox events (SYNC_INBOX).
+type InboxQuery struct {
+	UserID   int64
+	DeviceID string
+	// DialogCursor and MailboxSeq are the cursors of the last page ("" and
+	// 0 for a fresh device).
+	DialogCursor string
+	MailboxSeq   int64
+	// Limit is the most conversations and the most events of the page: 0
+	// means DefaultInboxLimit, more than MaxLimit means MaxLimit.
+	Limit int
+	// Bound is the page's byte bound as the asking front door encodes it;
+	// the zero ListBound bounds nothing.
+	Bound ListBound
+}
+
+// ListBound limits an inbox page by the bytes its conversations and events
+// take once a front door has encoded them (SizeBound, for lists).
+type ListBound struct {
+	// Budget is the bytes the page's entries may take in all (each plus
+	// one byte of separator); ≤ 0 bounds nothing.
+	Budget           int
+	ConversationSize func(Conversation) int
+	EventSize        func(mailbox.Event) int
+}
+
+// Conversation is one entry of a user's conversation list.
+type Conversation struct {
+	ID   int64
+	Type int
+	// PeerID is the other user of a P2P conversation, GroupID the group of
+	// a group conversation.
+	PeerID    int64
+	GroupID   int64
+	LastMsgID int64
+	// LastMsgAt is the newest message's time, Unix ms.
+	LastMsgAt int64
+	Unread    int64
+	Muted     bool
+	Pinned    bool
+	// Hidden: the user hid the conversation and no newer message came
+	// since.
+	Hidden  bool
+	Preview *Preview
+}
+
+// Preview is the short form of a conversation's newest message.
+type Preview struct {
+	MsgID       int64
+	MessageType int
+	Text        string
+	SenderID    int64
+	Recalled    bool
+}
+
+// InboxPage is one page of SYNC_INBOX.
+type InboxPage struct {
+	Conversations []Conversation
+	Events        []mailbox.Event
+	// DialogCursor and MailboxSeq are the cursors of the next page.
+	DialogCursor string
+	MailboxSeq   int64
+	// More reports whether another page follows.
+	More bool
+}
+
+// SyncInbox answers one page of a device's conversation list changes and
+// mailbox events.
+func (s *Service) SyncInbox(ctx context.Context, q InboxQuery) (InboxPage, error) {
+	cur, err := dialog.ParseCursor(q.DialogCursor)
 	if err != nil {
-		return nil, false, errcode.Wrap(errcode.InvalidArgument, "malformed dialog_cursor", err)
+		return InboxPage{}, errcode.Wrap(errcode.InvalidArgument, "malformed dialog_cursor", err)
 	}
-	if req.MailboxSeq < 0 {
-		return nil, false, errcode.New(errcode.InvalidArgument, "malformed mailbox_seq")
+	if q.MailboxSeq < 0 {
+		return InboxPage{}, errcode.New(errcode.InvalidArgument, "malformed mailbox_seq")
 	}
-	n, err := limit(req.Limit, DefaultInboxLimit)
+	n, err := limit(q.Limit, DefaultInboxLimit)
 	if err != nil {
-		return nil, false, err
+		return InboxPage{}, err
 	}
 
-	epoch, err := s.ensureList(ctx, u.UserID)
+	epoch, err := s.ensureList(ctx, q.UserID)
 	if err != nil {
-		return nil, false, err
+		return InboxPage{}, err
 	}
 	from := cur.From(epoch)
-	changes, err := dialog.Changes(ctx, s.rdb, u.UserID, from, n+1)
+	changes, err := dialog.Changes(ctx, s.rdb, q.UserID, from, n+1)
 	if err != nil {
-		return nil, false, errcode.Unavailable("dialog changes", err)
+		return InboxPage{}, errcode.Unavailable("dialog changes", err)
 	}
 	moreConvs := len(changes) > n
 	if moreConvs {
 		changes = changes[:n]
 	}
-	reply = &protocol.SyncInboxReply{Conversations: make([]protocol.Conversation, 0, len(changes)), Events: []protocol.MailboxEvent{}}
-	// The page stops before its frame would pass max_frame_size; the
-	// cursors then name the last entry sent, so the rest comes next page.
-	// One conversation and one event always fit.
-	page := pageBytes{budget: s.budget}
+	page := InboxPage{Conversations: make([]Conversation, 0, len(changes)), Events: []mailbox.Event{}}
+	// The page stops before its encoding would pass the bound; the cursors
+	// then name the last entry taken, so the rest comes next page. One
+	// conversation and one event always fit.
+	bytes := pageBytes{budget: q.Bound.Budget}
 	last := from
 	for _, ch := range changes {
-		st, ok, err := s.state(ctx, u.UserID, ch)
+		st, ok, err := s.state(ctx, q.UserID, ch)
 		if err != nil {
-			return nil, false, err
+			return InboxPage{}, err
 		}
 		if ok {
 			c := conversation(ch.ConversationID, st)
-			if !page.fits(encodedLen(c)) {
+			if q.Bound.Budget > 0 && !bytes.fits(q.Bound.ConversationSize(c)) {
 				moreConvs = true
 				break
 			}
-			reply.Conversations = append(reply.Conversations, c)
+			page.Conversations = append(page.Conversations, c)
 		}
 		last = ch.Version
 	}
-	reply.DialogCursor = dialog.Cursor{Epoch: epoch, Version: last}.String()
+	page.DialogCursor = dialog.Cursor{Epoch: epoch, Version: last}.String()
 
-	events, moreEvents, err := s.mailbox.Since(ctx, u.UserID, u.DeviceID, req.MailboxSeq.Int64(), n)
+	events, moreEvents, err := s.mailbox.Since(ctx, q.UserID, q.DeviceID, q.MailboxSeq, n)
 	if err != nil {
-		return nil, false, errcode.Unavailable("mailbox", err)
+		return InboxPage{}, errcode.Unavailable("mailbox", err)
 	}
-	reply.MailboxSeq = req.MailboxSeq
+	page.MailboxSeq = q.MailboxSeq
 	for i, ev := range events {
-		if !page.fits(encodedLen(ev)) {
+		if q.Bound.Budget > 0 && !bytes.fits(q.Bound.EventSize(ev)) {
 			events, moreEvents = events[:i], true
 			break
 		}
 	}
-	reply.Events = events
+	page.Events = events
 	if len(events) > 0 {
-		reply.MailboxSeq = events[len(events)-1].Seq
+		page.MailboxSeq = events[len(events)-1].Seq
 	}
-	return reply, moreConvs || moreEvents, nil
+	page.More = moreConvs || moreEvents
+	return page, nil
 }
 
 // ensureList returns the epoch of the user's list, building it from the
@@ -202,20 +254,20 @@ func (s *Service) state(ctx context.Context, uid int64, ch dialog.Change) (dialo
 	return st, true, nil
 }
 
-func conversation(cid int64, st dialog.State) protocol.Conversation {
-	c := protocol.Conversation{
-		ConversationID: jsonid.ID(cid), ConversationType: st.Type, LastMsgID: jsonid.ID(st.LastMsgID),
+func conversation(cid int64, st dialog.State) Conversation {
+	c := Conversation{
+		ID: cid, Type: st.Type, LastMsgID: st.LastMsgID,
 		LastMsgAt: st.LastMsgAt, Unread: st.Unread, Muted: st.Muted, Pinned: st.Pinned, Hidden: st.Hidden(),
 	}
 	if st.Type == protocol.ConversationGroup {
-		c.GroupID = jsonid.ID(st.GroupID)
+		c.GroupID = st.GroupID
 	} else {
-		c.PeerID = jsonid.ID(st.PeerID)
+		c.PeerID = st.PeerID
 	}
 	if p := st.Preview; p != nil {
 		mid, _ := strconv.ParseInt(p.MsgID, 10, 64)
 		sid, _ := strconv.ParseInt(p.SenderID, 10, 64)
-		c.Preview = &protocol.Preview{MsgID: jsonid.ID(mid), MessageType: p.MessageType, Text: p.Text, SenderID: jsonid.ID(sid), Recalled: p.Recalled}
+		c.Preview = &Preview{MsgID: mid, MessageType: p.MessageType, Text: p.Text, SenderID: sid, Recalled: p.Recalled}
 	}
 	return c
 }
@@ -351,21 +403,10 @@ type pageBytes struct {
 // fits reports whether an entry of size bytes (plus its comma) still fits
 // and, if so, counts it.
 func (p *pageBytes) fits(size int) bool {
-	if p.n > 0 && p.used+size+1 > p.budget {
+	if p.budget > 0 && p.n > 0 && p.used+size+1 > p.budget {
 		return false
 	}
 	p.used += size + 1
 	p.n++
 	return true
-}
-
-// encodedLen is the length of v as it will be written.
-func encodedLen(v any) int {
-	b, err := protocol.Marshal(v)
-	if err != nil {
-		// Unencodable entries fail the whole answer when it is written;
-		// counting them as huge only ends the page early.
-		return math.MaxInt32
-	}
-	return len(b)
 }

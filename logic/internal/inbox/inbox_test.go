@@ -57,14 +57,35 @@ func settingsReq(b []byte) message.SettingsChange {
 	return clientwire.SettingsChange(wire[protocol.SettingsRequest](b))
 }
 
+// asker is the authenticated device asking, as the gateway's session
+// names it.
+type asker struct {
+	UserID   int64
+	DeviceID string
+}
+
 // syncMessages answers a SYNC_MESSAGES body as the gateway does: the
 // client form of History's page under the default client frame bound.
-func (e *env) syncMessages(ctx context.Context, u inbox.User, req protocol.SyncMessagesRequest) (*protocol.SyncMessagesReply, bool, error) {
-	page, err := e.inbox.History(ctx, clientwire.HistoryQuery(u.UserID, req, clientwire.PageBound(0)))
+func (e *env) syncMessages(ctx context.Context, u asker, req protocol.SyncMessagesRequest) (*protocol.SyncMessagesReply, bool, error) {
+	page, err := e.inbox.History(ctx, clientwire.HistoryQuery(u.UserID, req, clientwire.PageBound(config.Default().Logic.MaxFrameSize)))
 	if err != nil {
 		return nil, false, err
 	}
 	return clientwire.SyncMessagesReply(page), page.More, nil
+}
+
+// syncInbox answers a SYNC_INBOX body as the gateway does, under the
+// default client frame bound; syncInboxIn under frames of maxFrame bytes.
+func (e *env) syncInbox(ctx context.Context, u asker, req protocol.SyncInboxRequest) (*protocol.SyncInboxReply, bool, error) {
+	return e.syncInboxIn(ctx, config.Default().Logic.MaxFrameSize, u, req)
+}
+
+func (e *env) syncInboxIn(ctx context.Context, maxFrame int, u asker, req protocol.SyncInboxRequest) (*protocol.SyncInboxReply, bool, error) {
+	page, err := e.inbox.SyncInbox(ctx, clientwire.InboxQuery(u.UserID, u.DeviceID, req, clientwire.ListBound(maxFrame)))
+	if err != nil {
+		return nil, false, err
+	}
+	return clientwire.SyncInboxReply(page), page.More, nil
 }
 
 func newEnv(t *testing.T, cfg message.Config) *env {
@@ -92,10 +113,7 @@ func newEnv(t *testing.T, cfg message.Config) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := inbox.New(st, rdb, mb, defaults.Logic.MaxFrameSize, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	in := inbox.New(st, rdb, mb, nil)
 	return &env{t: t, st: st, rdb: rdb, gen: gen, send: send, group: groups, mb: mb, inbox: in}
 }
 
@@ -162,7 +180,7 @@ func (e *env) deliver(msgID int64) {
 
 func (e *env) sync(uid int64, cursor string, seq int64, limit int) (*protocol.SyncInboxReply, bool) {
 	e.t.Helper()
-	r, more, err := e.inbox.SyncInbox(context.Background(), inbox.User{UserID: uid, DeviceID: "dev"},
+	r, more, err := e.syncInbox(context.Background(), asker{UserID: uid, DeviceID: "dev"},
 		wire[protocol.SyncInboxRequest](body("dialog_cursor", cursor, "mailbox_seq", id(seq), "limit", limit)))
 	if err != nil {
 		e.t.Fatalf("sync inbox: %v", err)
@@ -191,7 +209,7 @@ func (e *env) syncAll(uid int64, cursor string, limit int) (map[int64]protocol.C
 
 func (e *env) messages(uid, cid, after int64, limit int) *protocol.SyncMessagesReply {
 	e.t.Helper()
-	r, _, err := e.syncMessages(context.Background(), inbox.User{UserID: uid, DeviceID: "dev"},
+	r, _, err := e.syncMessages(context.Background(), asker{UserID: uid, DeviceID: "dev"},
 		wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", id(after), "limit", limit)))
 	if err != nil {
 		e.t.Fatalf("sync messages: %v", err)
@@ -554,7 +572,7 @@ func TestDeleteForMe(t *testing.T) {
 	// (the repeat wrote none), so another device that was offline and holds
 	// them drops them on sync; the peer gets none.
 	for _, device := range []string{"dev", "phone-that-was-offline"} {
-		r, _, err := e.inbox.SyncInbox(ctx, inbox.User{UserID: me, DeviceID: device}, wire[protocol.SyncInboxRequest](body("dialog_cursor", "0", "mailbox_seq", "0")))
+		r, _, err := e.syncInbox(ctx, asker{UserID: me, DeviceID: device}, wire[protocol.SyncInboxRequest](body("dialog_cursor", "0", "mailbox_seq", "0")))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -674,7 +692,7 @@ func TestSyncInput(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	user := inbox.User{UserID: me, DeviceID: "dev"}
+	user := asker{UserID: me, DeviceID: "dev"}
 	inboxTests := []struct {
 		name string
 		body string
@@ -690,7 +708,7 @@ func TestSyncInput(t *testing.T) {
 	}
 	for _, tt := range inboxTests {
 		t.Run("inbox "+tt.name, func(t *testing.T) {
-			_, _, err := e.inbox.SyncInbox(ctx, user, wire[protocol.SyncInboxRequest]([]byte(tt.body)))
+			_, _, err := e.syncInbox(ctx, user, wire[protocol.SyncInboxRequest]([]byte(tt.body)))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -715,7 +733,7 @@ func TestSyncInput(t *testing.T) {
 	}
 	for _, tt := range msgTests {
 		t.Run("messages "+tt.name, func(t *testing.T) {
-			r, more, err := e.syncMessages(ctx, inbox.User{UserID: tt.user, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest]([]byte(tt.body)))
+			r, more, err := e.syncMessages(ctx, asker{UserID: tt.user, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest]([]byte(tt.body)))
 			if code(err) != tt.want {
 				t.Fatalf("code %s (%v)", code(err), err)
 			}
@@ -781,10 +799,10 @@ func TestMailboxConcurrentAppends(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, ev := range evs {
-			if ev.Seq.Int64() != cursor+1 {
+			if ev.Seq != cursor+1 {
 				t.Fatalf("reader at %d got seq %d", cursor, ev.Seq)
 			}
-			cursor = ev.Seq.Int64()
+			cursor = ev.Seq
 		}
 	}
 	for {
@@ -796,10 +814,10 @@ func TestMailboxConcurrentAppends(t *testing.T) {
 			break
 		}
 		for _, ev := range evs {
-			if ev.Seq.Int64() != cursor+1 {
+			if ev.Seq != cursor+1 {
 				t.Fatalf("reader at %d got seq %d", cursor, ev.Seq)
 			}
-			cursor = ev.Seq.Int64()
+			cursor = ev.Seq
 		}
 	}
 	close(errs)
@@ -904,14 +922,14 @@ func TestGroupConversationInListAndSync(t *testing.T) {
 		sendReq(body("group_id", id(gid), "client_msg_id", "s", "message_type", 1, "content", map[string]any{"t": 1, "text": "x"}))); code(err) != errcode.Forbidden {
 		t.Fatalf("a stranger's send: %v", err)
 	}
-	if _, _, err := e.syncMessages(ctx, inbox.User{UserID: stranger, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
+	if _, _, err := e.syncMessages(ctx, asker{UserID: stranger, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
 		t.Fatalf("a stranger's sync: %v", err)
 	}
 	// A removed member can no longer sync it or send to it.
 	if _, err := e.group.RemoveMembers(ctx, group.MembersChangeRequest{ActorID: owner, GroupID: gid, UserIDs: []int64{b}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.syncMessages(ctx, inbox.User{UserID: b, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
+	if _, _, err := e.syncMessages(ctx, asker{UserID: b, DeviceID: "dev"}, wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid)))); code(err) != errcode.Forbidden {
 		t.Fatalf("a removed member's sync: %v", err)
 	}
 	if _, err := e.send.Send(ctx, message.Sender{UserID: b, DeviceID: "dev"},

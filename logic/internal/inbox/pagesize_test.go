@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
@@ -72,7 +71,7 @@ func TestMaximumMessagesSyncWithinTheFrameLimit(t *testing.T) {
 		if page > 10 {
 			t.Fatal("sync did not finish")
 		}
-		r, more, err := e.syncMessages(ctx, inbox.User{UserID: u[1], DeviceID: "dev"},
+		r, more, err := e.syncMessages(ctx, asker{UserID: u[1], DeviceID: "dev"},
 			wire[protocol.SyncMessagesRequest](body("conversation_id", id(cid), "last_msg_id", id(after), "limit", 200)))
 		if err != nil {
 			t.Fatal(err)
@@ -99,10 +98,6 @@ func TestMaximumMessagesSyncWithinTheFrameLimit(t *testing.T) {
 func TestSyncInboxPagesByBytes(t *testing.T) {
 	e := newEnv(t, message.Config{})
 	const maxFrame = 4096
-	small, err := inbox.New(e.st, e.rdb, e.mb, maxFrame, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	u := e.users(31)
 	me, peers := u[0], u[1:]
 	want := map[int64]bool{}
@@ -118,7 +113,7 @@ func TestSyncInboxPagesByBytes(t *testing.T) {
 		}
 		var r *protocol.SyncInboxReply
 		var err error
-		r, more, err = small.SyncInbox(context.Background(), inbox.User{UserID: me, DeviceID: "dev"},
+		r, more, err = e.syncInboxIn(context.Background(), maxFrame, asker{UserID: me, DeviceID: "dev"},
 			wire[protocol.SyncInboxRequest](body("dialog_cursor", cursor, "mailbox_seq", "0", "limit", 200)))
 		if err != nil {
 			t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	"fmt"
 
 	"github.com/sparkim/spark/logic/internal/store"
-	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 )
 
@@ -98,9 +97,19 @@ func (s *Service) Append(ctx context.Context, events []store.MailboxEvent) ([]in
 	return seqs, nil
 }
 
+// Event is one mailbox event as a device reads it.
+type Event struct {
+	Seq            int64
+	EventType      int
+	ConversationID int64
+	MsgID          int64
+	// Payload is the event's JSON object ({} when it has none).
+	Payload []byte
+}
+
 // Since returns up to limit events of the user after seq for every device
-// or for device, in the SYNC_INBOX form, and whether more follow.
-func (s *Service) Since(ctx context.Context, uid int64, device string, after int64, limit int) ([]protocol.MailboxEvent, bool, error) {
+// or for device, and whether more follow.
+func (s *Service) Since(ctx context.Context, uid int64, device string, after int64, limit int) ([]Event, bool, error) {
 	rows, err := s.store.MailboxSince(ctx, uid, device, after, limit+1)
 	if err != nil {
 		return nil, false, fmt.Errorf("mailbox: read: %w", err)
@@ -109,16 +118,13 @@ func (s *Service) Since(ctx context.Context, uid int64, device string, after int
 	if more {
 		rows = rows[:limit]
 	}
-	out := make([]protocol.MailboxEvent, len(rows))
+	out := make([]Event, len(rows))
 	for i, r := range rows {
-		p := json.RawMessage(r.Payload)
+		p := r.Payload
 		if len(p) == 0 {
-			p = json.RawMessage("{}")
+			p = []byte("{}")
 		}
-		out[i] = protocol.MailboxEvent{
-			Seq: jsonid.ID(r.Seq), EventType: r.EventType, ConversationID: jsonid.ID(r.ConversationID),
-			MsgID: jsonid.ID(r.MsgID), Payload: p,
-		}
+		out[i] = Event{Seq: r.Seq, EventType: r.EventType, ConversationID: r.ConversationID, MsgID: r.MsgID, Payload: p}
 	}
 	return out, more, nil
 }

@@ -223,10 +223,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		return err
 	}
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
-	inboxSvc, err := inbox.New(st, rdb, mb, lc.MaxFrameSize, log)
-	if err != nil {
-		return err
-	}
+	inboxSvc := inbox.New(st, rdb, mb, log)
 	// One notifier for both front doors: a change pushes its control
 	// events the same way whichever door made it.
 	notifier := notify.New(rdb, cfg.Queue.Partitions)
