@@ -488,7 +488,7 @@ func TestUsers(t *testing.T) {
 	if k.Reason != user.ReasonDisabled || len(k.Targets) != 1 || k.Targets[0].ConnId != 41 || k.Targets[0].UserId != uid {
 		t.Fatalf("kick %+v", k)
 	}
-	_, _, err = e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 1}, protocol.AuthRequest{Token: tok, DeviceID: "phone"})
+	_, _, err = e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 1}, auth.Credentials{Token: tok, DeviceID: "phone"})
 	if c, _ := errcode.Of(err); c != errcode.BadToken {
 		t.Fatalf("AUTH of a disabled user: %v, want 40101", err)
 	}
@@ -498,13 +498,13 @@ func TestUsers(t *testing.T) {
 	if err != nil || en.Status != 1 {
 		t.Fatalf("enable %+v %v", en, err)
 	}
-	_, _, err = e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 2}, protocol.AuthRequest{Token: tok, DeviceID: "phone"})
+	_, _, err = e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 2}, auth.Credentials{Token: tok, DeviceID: "phone"})
 	if c, _ := errcode.Of(err); c != errcode.BadToken {
 		t.Fatalf("AUTH with the token revoked by the disable: %v, want 40101", err)
 	}
 	time.Sleep(1100 * time.Millisecond) // tokens carry whole seconds (decision 46)
 	fresh, _, _ := token.Mint([]byte(secret), uid, "", time.Hour, time.Now())
-	if _, _, err := e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 3}, protocol.AuthRequest{Token: fresh, DeviceID: "phone"}); err != nil {
+	if _, _, err := e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 3}, auth.Credentials{Token: fresh, DeviceID: "phone"}); err != nil {
 		t.Fatalf("AUTH with a new token after enabling: %v", err)
 	}
 	if _, err := e.api.EnableUser(ctx, &logicv1.EnableUserRequest{UserId: testenv.RandomUserID()}); status.Code(err) != codes.NotFound {
@@ -542,7 +542,7 @@ func TestRevokeTokens(t *testing.T) {
 			t.Fatalf("kick target %+v", tg)
 		}
 	}
-	_, _, err = e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 1}, protocol.AuthRequest{Token: old, DeviceID: "phone"})
+	_, _, err = e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 1}, auth.Credentials{Token: old, DeviceID: "phone"})
 	if c, _ := errcode.Of(err); c != errcode.BadToken {
 		t.Fatalf("AUTH with a revoked token: %v, want 40101", err)
 	}
@@ -552,7 +552,7 @@ func TestRevokeTokens(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 2}, protocol.AuthRequest{Token: fresh.Token, DeviceID: "phone"}); err != nil {
+	if _, _, err := e.auth.Auth(context.Background(), auth.Conn{GateID: "g", ConnID: 2}, auth.Credentials{Token: fresh.Token, DeviceID: "phone"}); err != nil {
 		t.Fatalf("AUTH with a new token: %v", err)
 	}
 	// A user the server never saw is revoked too (self-minted tokens).

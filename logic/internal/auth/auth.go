@@ -15,7 +15,6 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
-	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
@@ -95,10 +94,27 @@ func (s *Service) RecordKicks(mb Mailbox) { s.mailbox = mb }
 // (a 42901) is AUTH's answer.
 func (s *Service) LimitDevices(a Admission) { s.admit = a }
 
-// Auth authenticates conn with an AUTH request. On success it returns the
-// session to bind and the reply; errors are *errcode.Error (40101 means the
-// gate should close the connection).
-func (s *Service) Auth(ctx context.Context, conn Conn, req protocol.AuthRequest) (*logicv1.Session, *protocol.AuthReply, error) {
+// Credentials are what a device authenticates with (AUTH).
+type Credentials struct {
+	Token    string
+	DeviceID string
+	// Platform and AppVersion are labels of the session, at most 64 bytes.
+	Platform   string
+	AppVersion string
+}
+
+// Authenticated is the answer to a successful Auth.
+type Authenticated struct {
+	UserID   int64
+	DeviceID string
+	// Since is when the session began, Unix ms (its route's since).
+	Since int64
+}
+
+// Auth authenticates conn with a device's credentials. On success it
+// returns the session to bind and the answer; errors are *errcode.Error
+// (40101 means the gate should close the connection).
+func (s *Service) Auth(ctx context.Context, conn Conn, req Credentials) (*logicv1.Session, *Authenticated, error) {
 	if !protocol.ValidDeviceID(req.DeviceID) {
 		return nil, nil, errcode.New(errcode.InvalidArgument, "device_id must be 1-64 of [A-Za-z0-9._-]")
 	}
@@ -139,7 +155,7 @@ func (s *Service) Auth(ctx context.Context, conn Conn, req protocol.AuthRequest)
 		s.recordKick(ctx, claims.UserID, req.DeviceID)
 	}
 	sess := &logicv1.Session{UserId: claims.UserID, DeviceId: req.DeviceID, Platform: req.Platform, AppVersion: req.AppVersion, SinceMs: since}
-	return sess, &protocol.AuthReply{UserID: jsonid.ID(claims.UserID), DeviceID: req.DeviceID, ServerTime: since}, nil
+	return sess, &Authenticated{UserID: claims.UserID, DeviceID: req.DeviceID, Since: since}, nil
 }
 
 // user reads the user's row, creating it on the first AUTH.

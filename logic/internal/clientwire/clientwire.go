@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"math"
 
+	"github.com/sparkim/spark/logic/internal/auth"
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
@@ -183,4 +184,14 @@ func MailboxEvent(e mailbox.Event) protocol.MailboxEvent {
 		Seq: jsonid.ID(e.Seq), EventType: e.EventType, ConversationID: jsonid.ID(e.ConversationID),
 		MsgID: jsonid.ID(e.MsgID), Payload: json.RawMessage(e.Payload),
 	}
+}
+
+// Credentials converts the AUTH body.
+func Credentials(w protocol.AuthRequest) auth.Credentials {
+	return auth.Credentials{Token: w.Token, DeviceID: w.DeviceID, Platform: w.Platform, AppVersion: w.AppVersion}
+}
+
+// AuthReply is the data of a successful AUTH answer.
+func AuthReply(a *auth.Authenticated) protocol.AuthReply {
+	return protocol.AuthReply{UserID: jsonid.ID(a.UserID), DeviceID: a.DeviceID, ServerTime: a.Since}
 }

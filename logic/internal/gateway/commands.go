@@ -161,7 +161,7 @@ func (h *Handler) authenticate(c *call) ([]byte, error) {
 	if err := decode(c.req.Body, &areq, invalidJSON); err != nil {
 		return nil, err
 	}
-	bind, reply, err := h.Auth.Auth(c.ctx, auth.Conn{GateID: c.gateID, ConnID: c.req.ConnId, RealIP: c.req.RealIp}, areq)
+	bind, reply, err := h.Auth.Auth(c.ctx, auth.Conn{GateID: c.gateID, ConnID: c.req.ConnId, RealIP: c.req.RealIp}, clientwire.Credentials(areq))
 	if err != nil {
 		c.resp.Close = closesAfterAuth(err)
 		if code, _ := errcode.Of(err); code == errcode.BadToken {
@@ -169,7 +169,7 @@ func (h *Handler) authenticate(c *call) ([]byte, error) {
 		}
 		return nil, err
 	}
-	data, err := protocol.Marshal(reply)
+	data, err := protocol.Marshal(clientwire.AuthReply(reply))
 	if err == nil {
 		c.resp.Bind = bind
 	}
