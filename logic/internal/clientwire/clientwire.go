@@ -14,7 +14,6 @@ import (
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/mailbox"
 	"github.com/sparkim/spark/logic/internal/message"
-	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 )
@@ -28,14 +27,10 @@ func SendRequest(w protocol.SendRequest) message.SendRequest {
 }
 
 // PageBound is the byte bound of a sync page answered in frames of
-// maxFrame bytes (logic.max_frame_size; ≤ 0 means
-// frame.DefaultMaxFrameSize): the page's list fits what the frame leaves
-// after header and envelope, each message counted at its exact JSON upper
-// bound.
+// maxFrame bytes (logic.max_frame_size): the page's list fits what the
+// frame leaves after header and envelope, each message counted at its
+// exact JSON upper bound.
 func PageBound(maxFrame int) inbox.SizeBound {
-	if maxFrame <= 0 {
-		maxFrame = frame.DefaultMaxFrameSize
-	}
 	return inbox.SizeBound{Budget: protocol.PageBudget(maxFrame), MessageSize: protocol.MessageBound}
 }
 

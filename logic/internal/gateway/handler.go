@@ -57,7 +57,7 @@ type Handler struct {
 	// NewServer refuses a Handler without one.
 	Timeout time.Duration
 	// MaxFrameSize is the clients' frame limit (logic.max_frame_size):
-	// sync pages are cut to fit it (0: frame.DefaultMaxFrameSize).
+	// sync pages are cut to fit it. NewServer refuses one below 4 KiB.
 	MaxFrameSize int
 
 	once      sync.Once

@@ -167,9 +167,9 @@ func TestCommandsNeedSession(t *testing.T) {
 // same user has its own bucket.
 func TestSendRateLimitPerDevice(t *testing.T) {
 	e := newEnv(t, 33)
-	var cfg ratelimit.Config
+	cfg := ratelimit.FromConfig(config.RateLimit{})
 	cfg.Classes[ratelimit.Send] = ratelimit.Limits{Device: ratelimit.Bucket{Rate: 1, Burst: 3}}
-	e.handler.Limits = ratelimit.New(e.rdb, cfg, nil, nil)
+	e.handler.Limits = mustLimiter(t, e.rdb, cfg)
 	ctx := context.Background()
 	from, to := testenv.RandomUserID(), testenv.RandomUserID()
 	now := time.Now()
@@ -224,10 +224,10 @@ func TestOverLimitCostsNoMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cfg ratelimit.Config
+	cfg := ratelimit.FromConfig(config.RateLimit{})
 	cfg.Classes[ratelimit.Send] = ratelimit.Limits{Device: ratelimit.Bucket{Rate: 0.1, Burst: 1}}
 	cfg.Classes[ratelimit.Auth] = ratelimit.Limits{Device: ratelimit.Bucket{Rate: 0.1, Burst: 1}}
-	lim := ratelimit.New(e.rdb, cfg, nil, nil)
+	lim := mustLimiter(t, e.rdb, cfg)
 	a := auth.New(st, e.rdb, secret, nil, nil)
 	a.LimitDevices(lim)
 	sendCfg := message.ConfigFrom(config.Default())
@@ -236,7 +236,8 @@ func TestOverLimitCostsNoMySQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &gateway.Handler{Auth: a, Messages: send, IDs: gen, Limits: lim, Timeout: config.Default().Logic.RequestTimeout}
+	h := &gateway.Handler{Auth: a, Messages: send, IDs: gen, Limits: lim,
+		Timeout: config.Default().Logic.RequestTimeout, MaxFrameSize: config.Default().Logic.MaxFrameSize}
 	t.Cleanup(h.Messages.Close)
 	ctx := context.Background()
 	uid := testenv.RandomUserID()
@@ -272,8 +273,9 @@ func TestOverLimitCostsNoMySQL(t *testing.T) {
 // not looked at); the same user's device on another address logs in.
 func TestAuthFailuresBlockTheAddressNotTheUser(t *testing.T) {
 	e := newEnv(t, 35)
-	cfg := ratelimit.Config{AuthFailures: 3, AuthFailureWindow: time.Minute, AuthBlock: time.Minute}
-	e.handler.Limits = ratelimit.New(e.rdb, cfg, nil, nil)
+	cfg := ratelimit.FromConfig(config.RateLimit{})
+	cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthBlock = 3, time.Minute, time.Minute
+	e.handler.Limits = mustLimiter(t, e.rdb, cfg)
 	ctx := context.Background()
 	uid := testenv.RandomUserID()
 	if err := e.st.EnsureUser(ctx, uid, time.Now()); err != nil {
@@ -305,4 +307,14 @@ func TestAuthFailuresBlockTheAddressNotTheUser(t *testing.T) {
 	if r.Code != errcode.OK || resp.Bind == nil || resp.Bind.UserId != uid {
 		t.Fatalf("the user's device on another address: code %s (%s)", r.Code, r.Msg)
 	}
+}
+
+// mustLimiter is a limiter enforcing cfg.
+func mustLimiter(t *testing.T, rdb ratelimit.Redis, cfg ratelimit.Config) *ratelimit.Limiter {
+	t.Helper()
+	l, err := ratelimit.New(rdb, cfg, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }

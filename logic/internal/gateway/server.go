@@ -59,6 +59,9 @@ func NewServer(base context.Context, h *Handler, reg *gatepush.Registry, log *za
 	if h.Timeout <= 0 {
 		return nil, fmt.Errorf("gateway: logic.request_timeout %v must be positive", h.Timeout)
 	}
+	if h.MaxFrameSize < 4<<10 {
+		return nil, fmt.Errorf("gateway: logic.max_frame_size %d must be at least 4096 bytes", h.MaxFrameSize)
+	}
 	h.init()
 	if log == nil {
 		log = zap.NewNop()

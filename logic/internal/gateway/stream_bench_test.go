@@ -33,7 +33,7 @@ func BenchmarkStreamBatch(b *testing.B) {
 func benchStream(b *testing.B, k int) {
 	// Redis only holds the gate registry entry of the stream's Hello.
 	rdb := testenv.Redis(b)
-	srv, err := NewServer(context.Background(), &Handler{Timeout: config.Default().Logic.RequestTimeout}, gatepush.NewRegistry(rdb, nil), nil)
+	srv, err := NewServer(context.Background(), &Handler{Timeout: config.Default().Logic.RequestTimeout, MaxFrameSize: config.Default().Logic.MaxFrameSize}, gatepush.NewRegistry(rdb, nil), nil)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,12 +37,13 @@ type Service struct {
 	partitions int
 }
 
-// New returns a Service enqueueing on the deliver queue's partitions.
-func New(rdb redis.Cmdable, partitions int) *Service {
+// New returns a Service enqueueing on the deliver queue's partitions
+// (queue.partitions, at least 1).
+func New(rdb redis.Cmdable, partitions int) (*Service, error) {
 	if partitions < 1 {
-		partitions = 1
+		return nil, fmt.Errorf("notify: queue.partitions %d must be at least 1", partitions)
 	}
-	return &Service{rdb: rdb, partitions: partitions}
+	return &Service{rdb: rdb, partitions: partitions}, nil
 }
 
 // ControlEvent is the data of a CONTROL_EVENT push: a mailbox event

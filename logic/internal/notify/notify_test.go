@@ -100,7 +100,7 @@ func TestGroupChangedQueuesPushesAndRefreshesLists(t *testing.T) {
 			for _, u := range append(tt.change.Added, tt.change.Removed...) {
 				before[u] = version(t, rdb, u, cid)
 			}
-			if err := notify.New(rdb, partitions).GroupChanged(ctx, tt.change); err != nil {
+			if err := mustNew(t, rdb).GroupChanged(ctx, tt.change); err != nil {
 				t.Fatal(err)
 			}
 			var users []string
@@ -149,7 +149,7 @@ func TestRelationChangedPushesEachEventToItsUser(t *testing.T) {
 	if err := rdb.FlushDB(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	n := notify.New(rdb, partitions)
+	n := mustNew(t, rdb)
 	if err := n.RelationChanged(ctx, relation.Change{Changed: false, Events: []relation.Event{{UserID: 1}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -174,5 +174,22 @@ func TestRelationChangedPushesEachEventToItsUser(t *testing.T) {
 			j.Command != uint32(protocol.CmdControlEvent) {
 			t.Fatalf("job %d: %+v data %s", i, j, j.PushData)
 		}
+	}
+}
+
+// mustNew is the notifier over the test's partitions.
+func mustNew(t *testing.T, rdb redis.Cmdable) *notify.Service {
+	t.Helper()
+	n, err := notify.New(rdb, partitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A notifier without partitions is refused, not given one.
+func TestNewRefusesNoPartitions(t *testing.T) {
+	if _, err := notify.New(nil, 0); err == nil {
+		t.Fatal("queue.partitions 0 accepted")
 	}
 }

@@ -22,11 +22,12 @@ import (
 // flushed on every master is loaded again without failing open.
 func TestBucketsAndAuthBlockWorkOnRedisCluster(t *testing.T) {
 	rdb := testredis.OpenCluster(t)
-	cfg := Config{Timeout: 5 * time.Second, AuthFailures: 2, AuthFailureWindow: time.Minute, AuthBlock: time.Minute}
+	cfg := baseConfig()
+	cfg.Timeout, cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthBlock = 5*time.Second, 2, time.Minute, time.Minute
 	// A token a thousand seconds: nothing comes back within the test.
 	cfg.Classes[Send] = Limits{Device: Bucket{0.001, 2}, IP: Bucket{0.001, 3}}
 	cfg.Classes[Auth] = Limits{Device: Bucket{100, 100}, IP: Bucket{100, 100}}
-	l := New(rdb, cfg, nil, nil)
+	l := mustNew(t, rdb, cfg, nil, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -75,7 +75,7 @@ func TestConcurrentChecksSharePipelinesAndKeepTheirOwnAnswers(t *testing.T) {
 			}
 			rt := &roundTrips{}
 			rdb.AddHook(rt)
-			l := New(rdb, classConfig(Send, Limits{Device: Bucket{Rate: 0.01, Burst: 1}}), nil, nil)
+			l := mustNew(t, rdb, classConfig(Send, Limits{Device: Bucket{Rate: 0.01, Burst: 1}}), nil, nil)
 			ip := freshAddr()
 			if got := concurrently(t, l, ip, devices); got != 0 {
 				t.Fatalf("first request of %d devices: %d refused, want 0", devices, got)
@@ -99,7 +99,7 @@ func TestConcurrentChecksSharePipelinesAndKeepTheirOwnAnswers(t *testing.T) {
 // checks it was batched with.
 func TestCancelledCallerDoesNotFailItsBatch(t *testing.T) {
 	rdb := testredis.Open(t)
-	l := New(rdb, classConfig(Send, Limits{Device: Bucket{Rate: 0.01, Burst: 1}}), nil, nil)
+	l := mustNew(t, rdb, classConfig(Send, Limits{Device: Bucket{Rate: 0.01, Burst: 1}}), nil, nil)
 	ip := freshAddr()
 	var wg sync.WaitGroup
 	errs := make([]error, 50)

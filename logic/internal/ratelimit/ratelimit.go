@@ -20,6 +20,7 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -93,18 +94,29 @@ type Config struct {
 	AuthFailures      int
 	AuthFailureWindow time.Duration
 	AuthBlock         time.Duration
-	// Timeout bounds one Redis call (default 200 ms): past it the request
-	// passes, so a slow Redis never becomes a slow front door.
+	// Timeout bounds one Redis call: past it the request passes, so a
+	// slow Redis never becomes a slow front door.
 	Timeout time.Duration
 	// Pause is how long the limiter fails open without asking Redis after
-	// a failed call (default 1 s), so an unreachable Redis costs one
-	// timeout per pause instead of one per request.
+	// a failed call, so an unreachable Redis costs one timeout per pause
+	// instead of one per request.
 	Pause time.Duration
 }
 
-// FromConfig converts logic.rate_limit; a disabled section limits nothing.
+// The limiter's own timings, which are not configuration keys.
+const (
+	// redisTimeout is far above a healthy check's round trip and far
+	// below what a client would notice.
+	redisTimeout = 200 * time.Millisecond
+	// failOpenPause keeps an unreachable Redis from costing every
+	// request a timeout.
+	failOpenPause = time.Second
+)
+
+// FromConfig converts logic.rate_limit, with the limiter's timings; a
+// disabled section limits nothing.
 func FromConfig(r config.RateLimit) Config {
-	var c Config
+	c := Config{Timeout: redisTimeout, Pause: failOpenPause}
 	if !r.Enabled {
 		return c
 	}
@@ -199,16 +211,14 @@ type Limiter struct {
 }
 
 // New returns a Limiter over rdb; metrics are registered on reg (nil: not
-// registered).
-func New(rdb Redis, cfg Config, log *zap.Logger, reg prometheus.Registerer) *Limiter {
+// registered). It refuses a Config without its timings (start from
+// FromConfig).
+func New(rdb Redis, cfg Config, log *zap.Logger, reg prometheus.Registerer) (*Limiter, error) {
+	if cfg.Timeout <= 0 || cfg.Pause <= 0 {
+		return nil, fmt.Errorf("ratelimit: timeout %v and pause %v must be positive", cfg.Timeout, cfg.Pause)
+	}
 	if log == nil {
 		log = zap.NewNop()
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = 200 * time.Millisecond
-	}
-	if cfg.Pause <= 0 {
-		cfg.Pause = time.Second
 	}
 	l := &Limiter{rdb: rdb, checks: newCoalescer(rdb, cfg.Timeout), cfg: cfg, log: log, m: newMetrics(reg), now: time.Now}
 	for c, lim := range cfg.Classes {
@@ -219,7 +229,7 @@ func New(rdb Redis, cfg Config, log *zap.Logger, reg prometheus.Registerer) *Lim
 			l.intervals[c][1] = lim.IP.interval()
 		}
 	}
-	return l
+	return l, nil
 }
 
 // addr is the address part of the keys: the ipkey of the client's real

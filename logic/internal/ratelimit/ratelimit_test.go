@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
@@ -37,9 +39,22 @@ func limited(t *testing.T, err error) (bool, time.Duration) {
 }
 
 func classConfig(c Class, l Limits) Config {
-	var cfg Config
+	cfg := baseConfig()
 	cfg.Classes[c] = l
 	return cfg
+}
+
+// baseConfig limits nothing, with the limiter's timings.
+func baseConfig() Config { return FromConfig(config.RateLimit{}) }
+
+// mustNew is New for a test, which fails on an error.
+func mustNew(t testing.TB, rdb Redis, cfg Config, log *zap.Logger, reg prometheus.Registerer) *Limiter {
+	t.Helper()
+	l, err := New(rdb, cfg, log, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
 }
 
 // Each class's buckets refuse the request past the burst with 42901 and a
@@ -65,7 +80,7 @@ func TestThresholdRetryAfterAndRecovery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := New(rdb, classConfig(tt.class, tt.limits), nil, nil)
+			l := mustNew(t, rdb, classConfig(tt.class, tt.limits), nil, nil)
 			ip := freshAddr()
 			allow := func() error {
 				if tt.class == Auth {
@@ -116,8 +131,8 @@ func TestThresholdRetryAfterAndRecovery(t *testing.T) {
 // from one bucket: together they get the burst, not twice it.
 func TestTwoLimitersShareOneBucket(t *testing.T) {
 	cfg := classConfig(Send, Limits{Device: Bucket{1, 6}, IP: Bucket{1, 10}})
-	a := New(testredis.Open(t), cfg, nil, nil)
-	b := New(testredis.Open(t), cfg, nil, nil)
+	a := mustNew(t, testredis.Open(t), cfg, nil, nil)
+	b := mustNew(t, testredis.Open(t), cfg, nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	passed := 0
@@ -155,7 +170,7 @@ func TestTwoLimitersShareOneBucket(t *testing.T) {
 
 // A request refused by one of its buckets takes no token from the other.
 func TestRefusalTakesNothing(t *testing.T) {
-	l := New(testredis.Open(t), classConfig(Edit, Limits{Device: Bucket{0.5, 1}, IP: Bucket{0.5, 3}}), nil, nil)
+	l := mustNew(t, testredis.Open(t), classConfig(Edit, Limits{Device: Bucket{0.5, 1}, IP: Bucket{0.5, 3}}), nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	steps := []struct {
@@ -182,9 +197,10 @@ func TestRefusalTakesNothing(t *testing.T) {
 // while another address, and the same user's device on it, pass.
 func TestAuthFailuresBlockTheAddress(t *testing.T) {
 	rdb := testredis.Open(t)
-	cfg := Config{AuthFailures: 3, AuthFailureWindow: time.Minute, AuthBlock: 400 * time.Millisecond}
+	cfg := baseConfig()
+	cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthBlock = 3, time.Minute, 400*time.Millisecond
 	cfg.Classes[Auth] = Limits{Device: Bucket{100, 100}, IP: Bucket{100, 100}}
-	l := New(rdb, cfg, nil, nil)
+	l := mustNew(t, rdb, cfg, nil, nil)
 	ctx := context.Background()
 	bad, good := freshAddr(), freshAddr()
 	for i := 1; i <= 3; i++ {
@@ -225,8 +241,9 @@ func TestAuthFailuresBlockTheAddress(t *testing.T) {
 
 // Failures outside the window do not add up.
 func TestAuthFailureWindow(t *testing.T) {
-	cfg := Config{AuthFailures: 2, AuthFailureWindow: 150 * time.Millisecond, AuthBlock: time.Minute}
-	l := New(testredis.Open(t), cfg, nil, nil)
+	cfg := baseConfig()
+	cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthBlock = 2, 150*time.Millisecond, time.Minute
+	l := mustNew(t, testredis.Open(t), cfg, nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	if l.AuthFailed(ctx, ip) {
@@ -245,7 +262,7 @@ func TestAuthFailureWindow(t *testing.T) {
 // cost no Redis memory.
 func TestBucketKeysExpire(t *testing.T) {
 	rdb := testredis.Open(t)
-	l := New(rdb, classConfig(Sync, Limits{Device: Bucket{10, 5}, IP: Bucket{100, 50}}), nil, nil)
+	l := mustNew(t, rdb, classConfig(Sync, Limits{Device: Bucket{10, 5}, IP: Bucket{100, 50}}), nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	if err := l.Allow(ctx, Sync, ip, 3, "d"); err != nil {
@@ -266,7 +283,7 @@ func TestBucketKeysExpire(t *testing.T) {
 // failover) it is sent again and the limits keep working.
 func TestScriptReloadedAfterFlush(t *testing.T) {
 	rdb := testredis.Open(t)
-	l := New(rdb, classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
+	l := mustNew(t, rdb, classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
 	ctx := context.Background()
 	ip := freshAddr()
 	if err := l.Allow(ctx, Send, ip, 1, "d"); err != nil {
@@ -292,7 +309,7 @@ func TestFailOpenWhenRedisIsDown(t *testing.T) {
 	cfg.AuthFailures, cfg.AuthFailureWindow, cfg.AuthBlock = 1, time.Minute, time.Minute
 	cfg.Classes[Auth] = Limits{IP: Bucket{1, 1}}
 	cfg.Pause = 300 * time.Millisecond
-	l := New(down, cfg, nil, nil)
+	l := mustNew(t, down, cfg, nil, nil)
 	ctx := context.Background()
 	for i := 0; i < 3; i++ {
 		if err := l.Allow(ctx, Send, "10.0.0.1", 1, "d"); err != nil {
@@ -324,7 +341,7 @@ func TestFailOpenWhenRedisIsDown(t *testing.T) {
 // A parent context that ends is the request's end, not Redis's failure:
 // the request passes and nothing pauses.
 func TestCanceledRequestDoesNotPause(t *testing.T) {
-	l := New(testredis.Open(t), classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
+	l := mustNew(t, testredis.Open(t), classConfig(Send, Limits{Device: Bucket{1, 1}}), nil, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := l.Allow(ctx, Send, freshAddr(), 1, "d"); err != nil {
@@ -347,8 +364,11 @@ func TestFromConfig(t *testing.T) {
 		t.Fatalf("defaults mapped to %+v", cfg)
 	}
 	c.Logic.RateLimit.Enabled = false
-	if off := FromConfig(c.Logic.RateLimit); off != (Config{}) {
+	if off := FromConfig(c.Logic.RateLimit); off != (Config{Timeout: redisTimeout, Pause: failOpenPause}) {
 		t.Fatalf("disabled section mapped to %+v", off)
+	}
+	if _, err := New(nil, Config{}, nil, nil); err == nil {
+		t.Fatal("a Config without timings accepted")
 	}
 	var nilLimiter *Limiter
 	if err := errors.Join(nilLimiter.Allow(context.Background(), Send, "", 1, "d"), nilLimiter.AdmitAuth(context.Background(), "")); err != nil {

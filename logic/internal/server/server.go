@@ -206,7 +206,10 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	mb := mailbox.New(st, ids)
 	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
 	authSvc.RecordKicks(mb)
-	limits := ratelimit.New(rdb, ratelimit.FromConfig(lc.RateLimit), log, reg)
+	limits, err := ratelimit.New(rdb, ratelimit.FromConfig(lc.RateLimit), log, reg)
+	if err != nil {
+		return err
+	}
 	authSvc.LimitDevices(limits)
 	relSvc, err := relation.New(st, ids, relation.Options{Policy: relation.Policy(lc.P2PPolicy)})
 	if err != nil {
@@ -226,7 +229,10 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	inboxSvc := inbox.New(st, rdb, mb, log)
 	// One notifier for both front doors: a change pushes its control
 	// events the same way whichever door made it.
-	notifier := notify.New(rdb, cfg.Queue.Partitions)
+	notifier, err := notify.New(rdb, cfg.Queue.Partitions)
+	if err != nil {
+		return err
+	}
 	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier,
