@@ -121,12 +121,9 @@ func InboxQuery(uid int64, device string, w protocol.SyncInboxRequest, bound inb
 }
 
 // ListBound is the byte bound of a SYNC_INBOX page answered in frames of
-// maxFrame bytes (≤ 0 means frame.DefaultMaxFrameSize): each entry counted
-// at its JSON length.
+// maxFrame bytes (logic.max_frame_size): each entry counted at its JSON
+// length.
 func ListBound(maxFrame int) inbox.ListBound {
-	if maxFrame <= 0 {
-		maxFrame = frame.DefaultMaxFrameSize
-	}
 	return inbox.ListBound{
 		Budget:           protocol.PageBudget(maxFrame),
 		ConversationSize: func(c inbox.Conversation) int { return encodedLen(Conversation(c)) },

@@ -103,7 +103,6 @@ func newEnv(t *testing.T, machine int) *env {
 	return &env{st: st, rdb: rdb, reg: reg, notes: notes, handler: &gateway.Handler{
 		Auth: a, Messages: send, Inbox: in, MaxFrameSize: defaults.Logic.MaxFrameSize, IDs: gen,
 		Relations: rel, Groups: groups, Notifier: notes, Timeout: defaults.Logic.RequestTimeout,
-		MaxFrameSize: defaults.Logic.MaxFrameSize,
 	}}
 }
 
