@@ -14,6 +14,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/failpoint"
+	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/retry"
@@ -31,6 +32,17 @@ const batchTimeout = 5 * time.Second
 
 var errShuttingDown = errors.New("message: send committer stopped")
 
+// maxCommitAttempts bounds the send transaction's re-runs (deadlocks, a
+// reused client msg_id, a concurrent identical send).
+const maxCommitAttempts = 5
+
+// commitRetry paces the re-runs of a send transaction that lost a
+// deadlock or a lock wait: 5 ms longer before each retry.
+var commitRetry = retry.Policy{Initial: 5 * time.Millisecond, Step: 5 * time.Millisecond, Attempts: maxCommitAttempts}
+
+// errReplay makes the commit loop go back to the idempotency lookup.
+var errReplay = errors.New("message: concurrent identical send committed")
+
 // pending is one send waiting for a group commit.
 type pending struct {
 	ctx     context.Context
@@ -43,8 +55,8 @@ type pending struct {
 
 // outcome is what the committer tells one send.
 type outcome struct {
-	// fallback: the batch was rolled back; commit this send alone through
-	// the single-send path, which handles every per-row case.
+	// fallback: the batch was rolled back; send commits this one alone
+	// (commitOne), which handles every per-row case.
 	fallback bool
 	err      error
 	row      store.Message
@@ -116,6 +128,127 @@ func (c *committer) close() {
 			}
 		}
 	})
+}
+
+// send commits p and enqueues its deliver job, and only then answers:
+// the stored row (replayed: p retried a committed send) or the error.
+// The committer owns the whole outcome: a batch the database refused as a
+// whole is committed again one send at a time (commitOne), and a job whose
+// pipelined XADD failed is retried here, so no answer without an error
+// goes out before both the commit and the enqueue.
+func (c *committer) send(ctx context.Context, p *pending) (row store.Message, replayed bool, err error) {
+	o, err := c.submit(ctx, p)
+	switch {
+	case err != nil:
+		return store.Message{}, false, err
+	case o.fallback:
+		return c.commitOne(ctx, p)
+	case o.err != nil:
+		return store.Message{}, false, o.err
+	}
+	if o.enqueueErr != nil {
+		if err := c.s.enqueueFrom(ctx, o.row, o.job, 1, o.enqueueErr, o.enqueueStart); err != nil {
+			return store.Message{}, false, err
+		}
+	}
+	return o.row, o.replay, nil
+}
+
+// retryOf is the one answer to a send whose (sender, conversation,
+// client_msg_id) key already has a row: a retry of that send when type and
+// content are the same (nil: answer the stored row, enqueued again,
+// decision 9), 40901 when they differ. The batch's lookup and replay's
+// both answer through it.
+func retryOf(row store.Message, nm store.NewMessage) error {
+	if row.MessageType != nm.MessageType || !bytes.Equal(row.Content, nm.Content) {
+		return errcode.New(errcode.Conflict, "client_msg_id already used with different content")
+	}
+	return nil
+}
+
+// replay answers a send whose key has a row (found; false when there is
+// none): the stored row, enqueued again, or retryOf's 40901. The batch
+// looks up all its sends in one statement; replay is the lookup of one,
+// for commitOne and for a send its permissions refused (a retry of a
+// committed send gets its original answer even if permissions changed
+// since).
+func (c *committer) replay(ctx context.Context, nm store.NewMessage, conv conversation.Conversation, flags Flags) (row store.Message, found bool, err error) {
+	s := c.s
+	row, err = s.store.FindByClientMsgID(ctx, nm.SenderID, conv.ID, nm.ClientMsgID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Message{}, false, nil
+	}
+	if err != nil {
+		return store.Message{}, false, errcode.Unavailable("idempotency lookup", err)
+	}
+	if err := retryOf(row, nm); err != nil {
+		return store.Message{}, true, err
+	}
+	if err := s.enqueue(ctx, row, conv, flags); err != nil {
+		return store.Message{}, true, err
+	}
+	return row, true, nil
+}
+
+// commitOne commits one send in its own transaction, then enqueues it. It
+// is not a mode: send falls back to it for the sends of a batch the
+// database refused, as it handles every per-row case (duplicates, a
+// reused client msg_id) one at a time.
+func (c *committer) commitOne(ctx context.Context, p *pending) (store.Message, bool, error) {
+	row, err := c.insertOne(ctx, p)
+	if errors.Is(err, errReplay) {
+		row, found, err := c.replay(ctx, p.nm, p.conv, p.flags)
+		if err == nil && !found {
+			err = errcode.Unavailable("commit", errors.New("duplicate client_msg_id but no row"))
+		}
+		return row, true, err
+	}
+	if err != nil {
+		return store.Message{}, false, err
+	}
+	if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
+		return store.Message{}, false, errcode.Unavailable("after commit", err)
+	}
+	if err := c.s.enqueue(ctx, row, p.conv, p.flags); err != nil {
+		return store.Message{}, false, err
+	}
+	return row, false, nil
+}
+
+// insertOne runs the one-send transaction, retrying deadlocks and a reused
+// client msg_id; errReplay when an identical send committed concurrently.
+func (c *committer) insertOne(ctx context.Context, p *pending) (store.Message, error) {
+	s := c.s
+	clientID := p.msgID
+	var err error
+	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
+		var row store.Message
+		row, err = s.store.InsertMessage(ctx, p.nm, func(ctx context.Context, last int64, now time.Time) (int64, error) {
+			if s.acceptClientID(clientID, last, now) {
+				return clientID, nil
+			}
+			return s.ids.NextAfter(ctx, last)
+		})
+		switch {
+		case err == nil:
+			return row, nil
+		case errors.Is(err, store.ErrDuplicateClientMsgID):
+			return store.Message{}, errReplay
+		case errors.Is(err, store.ErrDuplicateMsgID):
+			clientID = 0 // taken: let the generator choose
+		case errors.Is(err, msgid.ErrClockBehind):
+			return store.Message{}, errcode.Unavailable("msg id", err)
+		case errors.Is(err, store.ErrNotFound):
+			return store.Message{}, errcode.New(errcode.NotFound, "conversation not found")
+		case store.IsRetryable(err):
+			if serr := retry.Sleep(ctx, commitRetry.Delay(attempt)); serr != nil {
+				return store.Message{}, errcode.Unavailable("commit", serr)
+			}
+		default:
+			return store.Message{}, errcode.Unavailable("commit", err)
+		}
+	}
+	return store.Message{}, errcode.Unavailable("commit", err)
 }
 
 // submit queues a send and waits for its outcome. When ctx ends first the
@@ -218,10 +351,10 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 		switch {
 		case !ok:
 			fresh = append(fresh, i)
-		case row.MessageType != p.nm.MessageType || !bytes.Equal(row.Content, p.nm.Content):
-			out[i].err = errcode.New(errcode.Conflict, "client_msg_id already used with different content")
 		default:
-			out[i].row, out[i].replay = row, true
+			if out[i].err = retryOf(row, p.nm); out[i].err == nil {
+				out[i].row, out[i].replay = row, true
+			}
 		}
 	}
 

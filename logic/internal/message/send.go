@@ -1,7 +1,6 @@
 package message
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,19 +12,9 @@ import (
 	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
-	"github.com/sparkim/spark/pkg/failpoint"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
-	"github.com/sparkim/spark/pkg/retry"
 )
-
-// maxCommitAttempts bounds the send transaction's re-runs (deadlocks, a
-// reused client msg_id, a concurrent identical send).
-const maxCommitAttempts = 5
-
-// commitRetry paces the re-runs of a send transaction that lost a
-// deadlock or a lock wait: 5 ms longer before each retry.
-var commitRetry = retry.Policy{Initial: 5 * time.Millisecond, Step: 5 * time.Millisecond, Attempts: maxCommitAttempts}
 
 // clientIDSkew bounds how far ahead of this server's clock a client msg_id
 // may be: clock skew between the logic that issued it and this one, no
@@ -33,9 +22,6 @@ var commitRetry = retry.Policy{Initial: 5 * time.Millisecond, Step: 5 * time.Mil
 // kept far ahead would drag every later id of the conversation ahead of
 // the clock with it (decision 14).
 const clientIDSkew = 100 * time.Millisecond
-
-// errReplay makes the commit loop go back to the idempotency lookup.
-var errReplay = errors.New("message: concurrent identical send committed")
 
 // Target names whom a send is for: exactly one field is set.
 type Target = conversation.Target
@@ -108,8 +94,12 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 		// The batch looks its sends up together; a refused send looks
 		// itself up here, so only refusals pay a statement of their own.
 		if conv.ID != 0 {
-			if ack, found, rerr := s.replay(ctx, from, conv, &req, content); found || rerr != nil {
-				return ack, rerr
+			row, found, rerr := s.committer.replay(ctx, newMessage(from, conv, &req, content), conv, req.Flags)
+			if rerr != nil {
+				return nil, rerr
+			}
+			if found {
+				return ackOf(row), nil
 			}
 		}
 		return nil, err
@@ -122,57 +112,25 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 		req.MsgID = 0
 	}
 
-	o, err := s.committer.submit(ctx, &pending{
-		ctx: ctx,
-		nm: store.NewMessage{
-			ConversationID: conv.ID, SenderID: from.UserID, SenderDevice: from.DeviceID,
-			ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
-		},
+	row, replayed, err := s.committer.send(ctx, &pending{
+		ctx: ctx, nm: newMessage(from, conv, &req, content),
 		msgID: req.MsgID, conv: conv, flags: req.Flags, outcome: make(chan outcome, 1),
 	})
-	switch {
-	case err != nil:
-		return nil, err
-	case o.fallback:
-		return s.sendOne(ctx, from, conv, &req, content)
-	case o.err != nil:
-		return nil, o.err
-	}
-	if o.enqueueErr != nil {
-		if err := s.enqueueFrom(ctx, o.row, o.job, 1, o.enqueueErr, o.enqueueStart); err != nil {
-			return nil, err
-		}
-	}
-	if !o.replay {
-		s.logCommitted(o.row, from)
-	}
-	return ackOf(o.row), nil
-}
-
-// sendOne commits one send in its own transaction, then enqueues it. It is
-// not a mode: the group commit falls back to it for the sends of a batch
-// the database refused, as it handles every per-row case (duplicates, a
-// reused client msg_id) one at a time.
-func (s *Service) sendOne(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*Ack, error) {
-	row, err := s.commit(ctx, from, conv, req, content)
-	if errors.Is(err, errReplay) {
-		ack, found, err := s.replay(ctx, from, conv, req, content)
-		if err == nil && !found {
-			err = errcode.Unavailable("commit", errors.New("duplicate client_msg_id but no row"))
-		}
-		return ack, err
-	}
 	if err != nil {
 		return nil, err
 	}
-	if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
-		return nil, errcode.Unavailable("after commit", err)
+	if !replayed {
+		s.logCommitted(row, from)
 	}
-	if err := s.enqueue(ctx, row, conv, req.Flags); err != nil {
-		return nil, err
-	}
-	s.logCommitted(row, from)
 	return ackOf(row), nil
+}
+
+// newMessage is the row a send of from into conv writes.
+func newMessage(from Sender, conv conversation.Conversation, req *SendRequest, content []byte) store.NewMessage {
+	return store.NewMessage{
+		ConversationID: conv.ID, SenderID: from.UserID, SenderDevice: from.DeviceID,
+		ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
+	}
 }
 
 func (s *Service) logCommitted(row store.Message, from Sender) {
@@ -180,68 +138,6 @@ func (s *Service) logCommitted(row store.Message, from Sender) {
 		ce.Write(zap.Int64("user_id", from.UserID), zap.String("device_id", from.DeviceID),
 			zap.Int64("conversation_id", row.ConversationID), zap.Int64("msg_id", row.ID))
 	}
-}
-
-// replay answers a send whose (sender, conversation, client_msg_id) row
-// exists: same type and content → enqueue again and the original ack;
-// different → 40901. found is false when there is no row. The batch does
-// this lookup for all its sends in one statement; replay is the lookup of
-// one send, for the single-send fallback and for a send its permissions
-// refused.
-func (s *Service) replay(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (*Ack, bool, error) {
-	row, err := s.store.FindByClientMsgID(ctx, from.UserID, conv.ID, req.ClientMsgID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, false, nil
-	}
-	if err != nil {
-		return nil, false, errcode.Unavailable("idempotency lookup", err)
-	}
-	if row.MessageType != req.MessageType || !bytes.Equal(row.Content, content) {
-		return nil, true, errcode.New(errcode.Conflict, "client_msg_id already used with different content")
-	}
-	if err := s.enqueue(ctx, row, conv, req.Flags); err != nil {
-		return nil, true, err
-	}
-	return ackOf(row), true, nil
-}
-
-// commit runs the send transaction, retrying deadlocks and a reused client
-// msg_id; errReplay when an identical send committed concurrently.
-func (s *Service) commit(ctx context.Context, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) (store.Message, error) {
-	nm := store.NewMessage{
-		ConversationID: conv.ID, SenderID: from.UserID, SenderDevice: from.DeviceID,
-		ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
-	}
-	clientID := req.MsgID
-	var err error
-	for attempt := 0; attempt < maxCommitAttempts; attempt++ {
-		var row store.Message
-		row, err = s.store.InsertMessage(ctx, nm, func(ctx context.Context, last int64, now time.Time) (int64, error) {
-			if s.acceptClientID(clientID, last, now) {
-				return clientID, nil
-			}
-			return s.ids.NextAfter(ctx, last)
-		})
-		switch {
-		case err == nil:
-			return row, nil
-		case errors.Is(err, store.ErrDuplicateClientMsgID):
-			return store.Message{}, errReplay
-		case errors.Is(err, store.ErrDuplicateMsgID):
-			clientID = 0 // taken: let the generator choose
-		case errors.Is(err, msgid.ErrClockBehind):
-			return store.Message{}, errcode.Unavailable("msg id", err)
-		case errors.Is(err, store.ErrNotFound):
-			return store.Message{}, errcode.New(errcode.NotFound, "conversation not found")
-		case store.IsRetryable(err):
-			if serr := retry.Sleep(ctx, commitRetry.Delay(attempt)); serr != nil {
-				return store.Message{}, errcode.Unavailable("commit", serr)
-			}
-		default:
-			return store.Message{}, errcode.Unavailable("commit", err)
-		}
-	}
-	return store.Message{}, errcode.Unavailable("commit", err)
 }
 
 // clientIDUsable reports whether a client's msg_id may be kept at all
