@@ -43,14 +43,39 @@ unit: services
 	@if [ -z "$(FAILPOINT_PKGS)" ]; then echo "unit: no failpoints-tagged tests found"; exit 1; fi
 	source .run/services.env && $(GO) test -count=1 -tags failpoints $(addprefix ./,$(FAILPOINT_PKGS))
 
+# Tests that call t.Parallel() (the ones no timing bound depends on; the
+# kill, outage, SIGTERM, lease, rate-limit and hostile-client tests stay
+# serial) run this many at a time once the serial ones are done; they
+# mostly wait for processes, so more than the 2 cores (decision 81).
+E2E_PARALLEL ?= 4
 e2e: services test-deps build-failpoints
-	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m ./tests/...
+	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m -parallel $(E2E_PARALLEL) ./tests/...
 
-# The same e2e suite, each test cluster on a private 3-master Redis Cluster
-# instead of one redis-server (decision 71); `make test` runs it after
-# `e2e`. Each cluster costs about 3 s more to start than one redis-server.
+# The e2e tests whose behaviour depends on the Redis mode, each test
+# cluster on a private 3-master Redis Cluster instead of one redis-server
+# (decisions 71 and 81): every path through a Lua script, a MULTI, a
+# pipeline across slots, a stream, a lease, a flush or a Redis outage.
+# The others (gate carriers and caps, hostile clients, docs, dashboard,
+# imcli, MySQL outages, start-up order) reach Redis through those same
+# paths or not at all, and run in `e2e` only. A new test of such a path
+# joins the list; the target fails when a name matches no test. `make
+# test` runs this after `e2e`.
+empty :=
+space := $(empty) $(empty)
+E2E_CLUSTER_TESTS = ^(TestExchangeAcrossGates|TestSenderOtherDevices|TestEveryRecipientDevice\
+|TestGroupOf1000AcrossTwoGates|TestGroupPermissionsMembershipAndFlush|TestClientProtocolFriendsAndGroups\
+|TestIdempotentSend|TestFirstMessageRace|TestOrderAcrossLogicInstances\
+|TestOfflineConvergence|TestRedeliveryCountsOnce|TestReadAcrossDevices|TestRecall|TestRedisFlush\
+|TestRateLimitEachClassRefusesPastItsBurstAndRecovers|TestRateLimitIsOneBucketAcrossTwoLogicProcesses|TestRateLimitFailedAuthsBlockTheAddressNotTheUser\
+|TestLogicWithALostMachineLease.*|TestLogicSIGTERMUnderLoad.*|TestKillGateUnderLoad.*|TestKillLogicUnderLoad.*|TestKillDeliverUnderLoad.*\
+|TestDeliverWithDeadGate|TestDeliverCrashBeforeAck|TestDeliverCrashMidPush|TestDeliverSIGTERM.*\
+|TestEnqueueFailureThenRetry|TestSameDeviceKick|TestRedisStoppedTenSecondsUnderLoad.*\
+|TestBusinessAPIOnline|TestBusinessAPIChangesAndSystemMessages)$$
+E2E_CLUSTER_RUN = $(subst $(space),,$(E2E_CLUSTER_TESTS))
 e2e-cluster: services test-deps build-failpoints
-	source .run/services.env && SPARK_E2E_REDIS=cluster SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 20m ./tests/e2e/
+	@want=$$(echo '$(E2E_CLUSTER_RUN)' | tr '|' '\n' | wc -l); got=$$($(GO) test -list '$(E2E_CLUSTER_RUN)' ./tests/e2e/ | grep -c '^Test'); \
+	if [ "$$got" != "$$want" ]; then echo "e2e-cluster: E2E_CLUSTER_TESTS names $$want tests, $$got exist (one renamed?)"; exit 1; fi
+	source .run/services.env && SPARK_E2E_REDIS=cluster SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 20m -parallel $(E2E_PARALLEL) -run '$(E2E_CLUSTER_RUN)' ./tests/e2e/
 
 # The chaos runner (tests/chaos, docs/decisions.md 73): SPARK_CHAOS_DURATION
 # (default 5m) of mixed load on 3 gates, 2 logic and 2 deliver while

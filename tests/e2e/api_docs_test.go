@@ -80,6 +80,7 @@ func apiDocGrpcurlBlocks(t *testing.T) []string {
 // cluster's, in one bash session (later blocks use ids earlier ones
 // kept), each command exiting 0; and every RPC of logic.v1.Api appears.
 func TestAPIDocsGrpcurlExamples(t *testing.T) {
+	t.Parallel()
 	blocks := apiDocGrpcurlBlocks(t)
 	if len(blocks) == 0 {
 		t.Fatal("docs/api.md has no ```sh grpcurl blocks")

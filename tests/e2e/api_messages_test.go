@@ -46,6 +46,7 @@ func nextControl(t *testing.T, conn *client.Conn, timeout time.Duration) (int, j
 // messages reach a group's members as MESSAGE pushes from
 // logic.system_user_id and show in GetHistory.
 func TestBusinessAPIChangesAndSystemMessages(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := metadata.AppendToOutgoingContext(ctxT(t, 2*time.Minute), "x-api-key", framework.APIKey)
 	api := logicv1.NewApiClient(dialGRPC(t, c.Logics[0].GRPCAddr))

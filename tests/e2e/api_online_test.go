@@ -84,6 +84,7 @@ func tableRows(t *testing.T, db *sql.DB) map[string]int {
 // devices only with nothing written to MySQL, Broadcast to every
 // connection of both gates, and RevokeTokens kicking live sessions.
 func TestBusinessAPIOnline(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := metadata.AppendToOutgoingContext(ctxT(t, 2*time.Minute), "x-api-key", framework.APIKey)
 	api := logicv1.NewApiClient(dialGRPC(t, c.Logics[0].GRPCAddr))

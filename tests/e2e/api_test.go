@@ -31,6 +31,7 @@ func dialGRPC(t *testing.T, addr string, opts ...grpc.DialOption) *grpc.ClientCo
 // The business API mints tokens only for a valid API key; the internal
 // services refuse callers without the cluster secret; health answers.
 func TestBusinessAPIAndInternalAuth(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 1})
 	ctx := ctxT(t, time.Minute)
 	logic := dialGRPC(t, c.Logics[0].GRPCAddr)

@@ -34,6 +34,7 @@ func closedWithin(conn *client.Conn, d time.Duration) bool {
 // Bad input gets its error code or a close, changes nothing, and the gate
 // keeps serving everyone else.
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, GateEnv: []string{"IM_GATE_AUTH_TIMEOUT=2s"}})
 	ctx := ctxT(t, 2*time.Minute)
 	bystander := c.Login(t, 0, 8001, "bystander")

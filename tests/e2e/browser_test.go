@@ -114,6 +114,7 @@ func (l *testLogWriter) flush() {
 // reconnect and KICK rules against a scripted gate. Run here so make test
 // covers them.
 func TestBrowserSDKUnitTests(t *testing.T) {
+	t.Parallel()
 	dir, node := sdkDir(t)
 	tests, err := filepath.Glob(filepath.Join(dir, "test", "*.test.mjs"))
 	if err != nil || len(tests) < 2 {
@@ -201,6 +202,7 @@ type browserUser struct {
 // ignoreHTTPSErrors, which accepts any certificate, and needs no root store
 // change on the machine.
 func TestBrowserDemoChatOverWSS(t *testing.T) {
+	t.Parallel()
 	started := time.Now()
 	sdk, node := sdkDir(t)
 	ca := framework.NewTestCA(t)

@@ -59,6 +59,7 @@ func awaitControl(t *testing.T, conn *client.Conn, what string, match func(clien
 // created by A carries C's message to A and B; a member A removes gets a
 // CONTROL_EVENT and no further messages, and can no longer send.
 func TestClientProtocolFriendsAndGroups(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := ctxT(t, 2*time.Minute)
 	const a, b, cu = int64(43001), int64(43002), int64(43003)

@@ -72,6 +72,7 @@ func exprMetrics(expr string) []string {
 // uses, and nothing else: a parser that dropped names would let the
 // dashboard test pass over a missing metric.
 func TestDashboardExprMetricNames(t *testing.T) {
+	t.Parallel()
 	for expr, want := range map[string][]string{
 		`sum by (instance) (spark_gate_connections)`:                                                                {"spark_gate_connections"},
 		`histogram_quantile(0.99, sum by (le) (rate(spark_gate_forward_latency_seconds_bucket[$__rate_interval])))`: {"spark_gate_forward_latency_seconds_bucket"},
@@ -177,6 +178,7 @@ func exposed(fams map[string]string, name string) bool {
 // a renamed or missing metric; and every metric each process exposes
 // follows the scheme of pkg/metricname.
 func TestDashboardMetricsAllExposedByCluster(t *testing.T) {
+	t.Parallel()
 	exprs := dashboardExprs(t)
 	needed := map[string][]string{} // metric → panel titles
 	for expr, title := range exprs {

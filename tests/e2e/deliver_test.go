@@ -62,6 +62,7 @@ func waitExited(t *testing.T, p *framework.Process, within time.Duration) {
 // A recipient whose gate died (kill -9) is treated as offline: the job is
 // acknowledged, the stale route removed, and other traffic keeps flowing.
 func TestDeliverWithDeadGate(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, time.Minute)
 	sender := c.Login(t, 0, 9001, "s")

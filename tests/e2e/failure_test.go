@@ -122,6 +122,7 @@ func TestEnqueueFailureThenRetry(t *testing.T) {
 // A second AUTH of the same user and device on the other gate kicks the
 // first connection: KICK, then close. The new connection gets the pushes.
 func TestSameDeviceKick(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := ctxT(t, time.Minute)
 	old := c.Login(t, 0, 7001, "phone")

@@ -40,6 +40,7 @@ func logicSawAuth(t *testing.T, c *framework.Cluster, device string) string {
 // (127.0.0.1) claiming 203.0.113.7 makes that the real_ip logic sees; the
 // same header from an untrusted peer (127.0.0.9) is refused with a close.
 func TestGateProxyProtocol(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 1, GateEnv: []string{
 		"IM_GATE_PROXY_PROTOCOL=true",
 		"IM_GATE_PROXY_TRUSTED_CIDRS=127.0.0.1/32",

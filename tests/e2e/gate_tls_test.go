@@ -16,6 +16,7 @@ import (
 // still works for deployments that terminate TLS in front; a wss client
 // exchanges messages with a TLS one.
 func TestGateTLS(t *testing.T) {
+	t.Parallel()
 	ca := framework.NewTestCA(t)
 	certs := ca.IssueServer(t, t.TempDir(), 10)
 	c := framework.NewCluster(t, framework.Options{Gates: 2, GateTLS: &certs})

@@ -11,6 +11,7 @@ import (
 // must-show 6 end to end: a WebSocket client on one gate and a TCP client
 // on the other exchange a message both ways through the real binaries.
 func TestGateWebSocket(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := ctxT(t, 20*time.Second)
 	conn, err := client.Dial(ctx, c.Gates[0].WSAddr, client.Options{

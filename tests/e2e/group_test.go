@@ -71,6 +71,7 @@ func pushedIDs(conn *client.Conn, cid int64, want int, d time.Duration) map[int6
 // t_messages and no per-member row, and reaches every other member exactly
 // once and the sender's other device, never the sending device.
 func TestGroupOf1000AcrossTwoGates(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, 4*time.Minute)
 	const n, owner = 1000, int64(40000)
@@ -173,6 +174,7 @@ func TestGroupOf1000AcrossTwoGates(t *testing.T) {
 // an added member finds the group in the next SYNC_INBOX; after a Redis
 // flush every member's list and unread are what they were.
 func TestGroupPermissionsMembershipAndFlush(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, 2*time.Minute)
 	const owner, admin, m1, m2, stranger, late = int64(41001), int64(41002), int64(41003), int64(41004), int64(41005), int64(41006)

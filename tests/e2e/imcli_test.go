@@ -96,6 +96,7 @@ func waitList(t *testing.T, ctx context.Context, probe *client.Conn, conv, unrea
 // work; the login after that has nothing new, because the cursors were
 // saved.
 func TestIMCliShowsWhatArrivedWhileAway(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 1, Partitions: 4})
 	ctx := ctxT(t, 3*time.Minute)
 	const userA, userB = 32001, 32002
@@ -246,6 +247,7 @@ func (l *lineLog) wait(t *testing.T, s string, n int, timeout time.Duration) {
 // reconnecting runs the sync again: the message sent while it was cut off
 // shows, once.
 func TestIMCliSyncsAgainAfterReconnect(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, 3*time.Minute)
 	const userA, userB = 33001, 33002
@@ -362,6 +364,7 @@ func (b *lockedBuffer) String() string {
 // (the message sent during the move shows, once) and goes on: live
 // messages arrive and its own sends are answered.
 func TestIMCliMovesToTheOtherGateWhenItsGateStops(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, 3*time.Minute)
 	const userA, userB = 34001, 34002
@@ -420,6 +423,7 @@ func TestIMCliMovesToTheOtherGateWhenItsGateStops(t *testing.T) {
 // server's, and a runner restarted from its state file fetches only what
 // came after.
 func TestSyncRunnerCatchesUpWithSmallPages(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 1, Partitions: 4})
 	ctx := ctxT(t, 3*time.Minute)
 	const userB, peers, each = 34000, 4, 5

@@ -213,6 +213,7 @@ func containsAll(s string, parts []string) bool {
 // address too, whatever X-Forwarded-For it sends; a ClientHello naming
 // another server, or none, is closed by Nginx without reaching any gate.
 func TestNginxFront(t *testing.T) {
+	t.Parallel()
 	f := startNginxFront(t)
 
 	t.Run("IM name reaches a gate with the client's address", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 // receives every message exactly once, in MsgId order, and every SEND_ACK
 // names a committed row.
 func TestExchangeAcrossGates(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	const n = 200
 	users := []int64{1001, 1002}
@@ -89,6 +90,7 @@ func TestExchangeAcrossGates(t *testing.T) {
 // A user with two devices: the sending device gets SEND_ACK but no MESSAGE
 // for its own message; the other device and the peer get the MESSAGE.
 func TestSenderOtherDevices(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := ctxT(t, time.Minute)
 	phone := c.Login(t, 0, 2001, "phone")
@@ -129,6 +131,7 @@ func TestSenderOtherDevices(t *testing.T) {
 // Four devices of one user connect, then one sends: every other device
 // receives, whatever gate it is on.
 func TestEveryRecipientDevice(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := ctxT(t, time.Minute)
 	var devices []*client.Conn

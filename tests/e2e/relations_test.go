@@ -15,6 +15,7 @@ import (
 // logic.p2p_policy friends_only only friends may send, in both directions,
 // and a friend added by the API may at once.
 func TestBlocksAndFriendsOnlyBothWays(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		policy string

@@ -20,6 +20,7 @@ import (
 // SEND_ACKs; the peer receives it once. Other content under the same
 // client_msg_id is 40901.
 func TestIdempotentSend(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := ctxT(t, time.Minute)
 	peer := c.Login(t, 1, 4002, "peer")
@@ -108,6 +109,7 @@ func hasCode(err error, code errcode.Code) bool {
 // Both users of a fresh pair send their first message to each other at the
 // same moment, 50 times over: always one conversation per pair.
 func TestFirstMessageRace(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2})
 	ctx := ctxT(t, 2*time.Minute)
 	const pairs = 50
@@ -182,6 +184,7 @@ type readerPage struct {
 // with one commit worker per logic (batches strictly one after another)
 // and with the default four.
 func TestOrderAcrossLogicInstances(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		env  []string

@@ -28,6 +28,7 @@ func readyzStatus(adminAddr string) int {
 // every process logs its ready line, and P2P and group messages flow
 // through all of them.
 func TestStartupInAnyOrderDeliverThenGatesThenLogicAllBecomeReadyAndMessagesFlow(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Unstarted: true})
 	ctx := ctxT(t, 2*time.Minute)
 	launch := func(p *framework.Process) {

@@ -36,6 +36,7 @@ func pump(t *testing.T, conn *client.Conn, rep *framework.Replica) *sync.WaitGro
 // ends with exactly the SEND_ACKed messages: recalled ones as tombstones,
 // the ones B deleted gone.
 func TestOfflineConvergence(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 8})
 	ctx := ctxT(t, 4*time.Minute)
 	const userB = 20000
@@ -275,6 +276,7 @@ func inbox(t *testing.T, ctx context.Context, conn *client.Conn) map[int64]clien
 // deliver dies after the list update and the pushes, before the ack; the
 // restarted instance processes the job again and unread is still exact.
 func TestRedeliveryCountsOnce(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, 2*time.Minute)
 	a := c.Login(t, 0, 21001, "a")
@@ -310,6 +312,7 @@ func TestRedeliveryCountsOnce(t *testing.T) {
 // READ on one device: the other device gets command 8, unread is 0 on both
 // after their next sync, and reading an older id does not move the mark back.
 func TestReadAcrossDevices(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, 2*time.Minute)
 	a := c.Login(t, 0, 22001, "a")
@@ -369,6 +372,7 @@ func TestReadAcrossDevices(t *testing.T) {
 // Recall: online participants get command 9, an offline participant gets
 // the RECALL mailbox event, non-senders and late recalls are refused.
 func TestRecall(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4, LogicEnv: []string{"IM_LOGIC_RECALL_WINDOW=4s"}})
 	ctx := ctxT(t, 2*time.Minute)
 	a := c.Login(t, 0, 23001, "a")
@@ -441,6 +445,7 @@ func TestRecall(t *testing.T) {
 // FLUSHALL on Redis mid-test: history is intact, lists and unread rebuild
 // correctly, new messages flow.
 func TestRedisFlush(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
 	ctx := ctxT(t, 2*time.Minute)
 	a := c.Login(t, 0, 24001, "a")
@@ -530,6 +535,7 @@ func TestRedisFlush(t *testing.T) {
 // Sync input checks: non-members are refused, limits clamped, malformed
 // cursors rejected.
 func TestSyncInputs(t *testing.T) {
+	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 1, Partitions: 4})
 	ctx := ctxT(t, 2*time.Minute)
 	a := c.Login(t, 0, 25001, "a")

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -186,12 +188,32 @@ deliver:
 	if o.Unstarted {
 		return c
 	}
-	for _, p := range c.all() {
-		if err := p.Start(ctx); err != nil {
+	// Logic first, as before: the others dial it at start. Then deliver
+	// and the gates together, each waited for in its own goroutine, so a
+	// cluster takes the slowest start, not their sum.
+	ps := c.all()
+	for _, group := range [][]*Process{ps[:len(c.Logics)], ps[len(c.Logics):]} {
+		if err := startTogether(ctx, group); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return c
+}
+
+// startTogether starts the processes at once and waits until each is
+// ready; the error names every one that is not.
+func startTogether(ctx context.Context, ps []*Process) error {
+	errs := make([]error, len(ps))
+	var wg sync.WaitGroup
+	for i, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = p.Start(ctx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (c *Cluster) all() []*Process {
