@@ -46,14 +46,14 @@ unit: services
 # Tests that call t.Parallel() (the ones no timing bound depends on; the
 # kill, outage, SIGTERM, lease, rate-limit and hostile-client tests stay
 # serial) run this many at a time once the serial ones are done; they
-# mostly wait for processes, so more than the 2 cores (decision 81).
+# mostly wait for processes, so more than the 2 cores (decision 85).
 E2E_PARALLEL ?= 4
 e2e: services test-deps build-failpoints
 	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m -parallel $(E2E_PARALLEL) ./tests/...
 
 # The e2e tests whose behaviour depends on the Redis mode, each test
 # cluster on a private 3-master Redis Cluster instead of one redis-server
-# (decisions 71 and 81): every path through a Lua script, a MULTI, a
+# (decisions 71 and 85): every path through a Lua script, a MULTI, a
 # pipeline across slots, a stream, a lease, a flush or a Redis outage.
 # The others (gate carriers and caps, hostile clients, docs, dashboard,
 # imcli, MySQL outages, start-up order) reach Redis through those same
@@ -77,8 +77,8 @@ e2e-cluster: services test-deps build-failpoints
 	if [ "$$got" != "$$want" ]; then echo "e2e-cluster: E2E_CLUSTER_TESTS names $$want tests, $$got exist (one renamed?)"; exit 1; fi
 	source .run/services.env && SPARK_E2E_REDIS=cluster SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 20m -parallel $(E2E_PARALLEL) -run '$(E2E_CLUSTER_RUN)' ./tests/e2e/
 
-# The chaos runner (tests/chaos, docs/decisions.md 73): SPARK_CHAOS_DURATION
-# (default 5m) of mixed load on 3 gates, 2 logic and 2 deliver while
+# The chaos runner (tests/chaos, docs/decisions.md 73, 85): SPARK_CHAOS_DURATION
+# (default 4m) of mixed load on 3 gates, 2 logic and 2 deliver while
 # processes are killed and Redis and MySQL stop, which must PASS the
 # checker; then a shorter run with a deliver that drops a job, which must
 # FAIL it. Verdicts and histories land in .run/artifacts/chaos/.

@@ -65,18 +65,56 @@ func runChaos(t *testing.T, cfg Config) Result {
 	return res
 }
 
-// TestChaosFiveMinutesOfKillsAndOutagesKeepsEveryInvariant runs the mixed
-// load for SPARK_CHAOS_DURATION (default 5 minutes) while processes are
-// killed and restarted and Redis and MySQL stop once each, and requires
-// the checker's PASS.
-func TestChaosFiveMinutesOfKillsAndOutagesKeepsEveryInvariant(t *testing.T) {
-	res := runChaos(t, Config{Duration: durationFromEnv(t, "SPARK_CHAOS_DURATION", 5*time.Minute)})
+// TestChaosKillsAndOutagesKeepEveryInvariant runs the mixed load for
+// SPARK_CHAOS_DURATION (default 4 minutes) while processes are killed
+// and restarted and Redis and MySQL stop once each, and requires the
+// checker's PASS and every kind of fault injected. Four minutes leave
+// room for the fault deck's six process faults even at their longest
+// (decision 85).
+func TestChaosKillsAndOutagesKeepEveryInvariant(t *testing.T) {
+	res := runChaos(t, Config{Duration: durationFromEnv(t, "SPARK_CHAOS_DURATION", 4*time.Minute)})
 	if !res.Verdict.Pass {
 		t.Fatalf("chaos verdict FAIL (seed %d):\n%s", res.Seed, res.Verdict)
 	}
 	if res.Verdict.Stats.Faults == 0 {
 		t.Fatalf("no fault was injected")
 	}
+	if missing := missingFaults(res.Events); len(missing) > 0 {
+		t.Fatalf("the run never injected: %s (seed %d); a PASS without them proves less", strings.Join(missing, ", "), res.Seed)
+	}
+}
+
+// missingFaults lists the faults the run should have injected and did
+// not: each process kind killed and stopped, Redis and MySQL stopped.
+func missingFaults(events []Event) []string {
+	seen := map[string]bool{}
+	for _, e := range events {
+		if e.Kind == KindFault {
+			seen[e.Detail] = true
+		}
+	}
+	var want []string
+	for _, k := range processKinds {
+		for _, h := range processSignals {
+			want = append(want, h+" "+k)
+		}
+	}
+	want = append(want, "redis stop", "mysql stop")
+	var missing []string
+	for _, w := range want {
+		found := false
+		for d := range seen {
+			// "kill -9 gate-2" is a "kill -9 gate".
+			if d == w || strings.HasPrefix(d, w+"-") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			missing = append(missing, w)
+		}
+	}
+	return missing
 }
 
 // TestChaosCheckerFailsWhenDeliverDropsOneJob breaks deliver on purpose:

@@ -29,6 +29,7 @@ type faults struct {
 	rng  *rand.Rand
 	plan faultPlan
 	logf func(string, ...any)
+	deck []processFault // what nextProcessFault deals next
 }
 
 type target struct {
@@ -110,14 +111,41 @@ func (f *faults) outage(ctx context.Context, name string, stop, start func() err
 	f.record(name+" start", err)
 }
 
+// processKinds and processSignals are the process faults: each kind
+// killed (kill -9) or stopped (SIGTERM).
+var (
+	processKinds   = [...]string{"gate", "logic", "deliver"}
+	processSignals = [...]string{"kill -9", "SIGTERM"}
+)
+
+// processFault is one (kind, signal) pair of a process fault.
+type processFault struct{ kind, how string }
+
+// nextProcessFault deals the next pair from a shuffled deck of all of
+// them, dealt anew when empty: every six process faults hit every kind
+// with either signal once, so a short window still has each of them,
+// where independent draws would miss one in five 5-minute runs.
+func (f *faults) nextProcessFault() processFault {
+	if len(f.deck) == 0 {
+		for _, k := range processKinds {
+			for _, h := range processSignals {
+				f.deck = append(f.deck, processFault{k, h})
+			}
+		}
+		f.rng.Shuffle(len(f.deck), func(i, j int) { f.deck[i], f.deck[j] = f.deck[j], f.deck[i] })
+	}
+	pf := f.deck[len(f.deck)-1]
+	f.deck = f.deck[:len(f.deck)-1]
+	return pf
+}
+
 func (f *faults) processFault(ctx context.Context) {
 	// A kind first, then one of its processes: each kind is hit as
 	// often, whatever their numbers.
-	kinds := [...]string{"gate", "logic", "deliver"}
-	kind := kinds[f.rng.IntN(len(kinds))]
+	pf := f.nextProcessFault()
 	var ts []target
 	for _, t := range f.targets() {
-		if t.kind == kind {
+		if t.kind == pf.kind {
 			ts = append(ts, t)
 		}
 	}
@@ -126,14 +154,12 @@ func (f *faults) processFault(ctx context.Context) {
 		return
 	}
 	var err error
-	how := "kill -9"
-	if f.rng.IntN(2) == 0 {
-		how = "SIGTERM"
+	if pf.how == "SIGTERM" {
 		err = t.proc.Stop()
 	} else {
 		err = t.proc.Kill()
 	}
-	f.record(fmt.Sprintf("%s %s", how, t.proc.Name), err)
+	f.record(fmt.Sprintf("%s %s", pf.how, t.proc.Name), err)
 	sleepCtx(ctx, f.jitter(f.plan.Down))
 	f.restart(t.proc)
 }
