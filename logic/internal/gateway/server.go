@@ -1,5 +1,8 @@
-// Package gateway is logic.v1.Gateway: the bidi streams from the gates and
-// the per-connection ordered dispatch of their requests.
+// Package gateway is logic.v1.Gateway, the client protocol's front door:
+// the bidi streams from the gates, the per-connection ordered dispatch of
+// their requests, and the Handler that answers each one through the
+// command table (commands.go), the client bodies' mapping onto the domain
+// types (logic/internal/clientwire) and one error table (errors.go).
 package gateway
 
 import (

@@ -75,7 +75,8 @@ func (c Config) validate() error {
 	return nil
 }
 
-// Service sends messages.
+// Service is the send path and the changes to sent messages and
+// memberships (read, recall, delete, settings).
 type Service struct {
 	store   *store.Store
 	rdb     redis.Cmdable
