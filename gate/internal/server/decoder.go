@@ -112,17 +112,8 @@ func (d *streamDecoder) assemble(ctx context.Context, src byteSource, sink frame
 		return &badStreamError{err}
 	}
 	total := frame.HeaderSize + int(h.BodyLength)
-	if cap(d.pending) < total {
-		grown := make([]byte, len(d.pending), total)
-		copy(grown, d.pending)
-		d.pending = grown
-	}
-	if need := total - len(d.pending); need > 0 {
-		b, err := src.Next(min(need, src.Len()))
-		if err != nil {
-			return fmt.Errorf("decode: read body: %w", err)
-		}
-		d.pending = append(d.pending, b...)
+	if d.pending, err = fillTo(d.pending, total, src); err != nil {
+		return fmt.Errorf("decode: read body: %w", err)
 	}
 	if len(d.pending) < total {
 		return nil
@@ -134,4 +125,25 @@ func (d *streamDecoder) assemble(ctx context.Context, src byteSource, sink frame
 		return errDecodeStopped
 	}
 	return nil
+}
+
+// fillTo appends to pending what src holds of a unit (a frame, a
+// WebSocket message) of total bytes, never past its end. The first call
+// sizes pending for the whole unit, so a large one arriving in many reads
+// is copied once.
+func fillTo(pending []byte, total int, src byteSource) ([]byte, error) {
+	need := total - len(pending)
+	if need <= 0 {
+		return pending, nil
+	}
+	if cap(pending) < total {
+		grown := make([]byte, len(pending), total)
+		copy(grown, pending)
+		pending = grown
+	}
+	b, err := src.Next(min(need, src.Len()))
+	if err != nil {
+		return pending, err
+	}
+	return append(pending, b...), nil
 }

@@ -114,17 +114,8 @@ func (t *wsTransport) assembleWS(ctx context.Context, r byteSource) error {
 		return err
 	}
 	total := hl + int(h.Length)
-	if need := total - len(t.pending); need > 0 {
-		if cap(t.pending) < total {
-			grown := make([]byte, len(t.pending), total)
-			copy(grown, t.pending)
-			t.pending = grown
-		}
-		b, err := r.Next(min(need, r.Len()))
-		if err != nil {
-			return fmt.Errorf("ws: read payload: %w", err)
-		}
-		t.pending = append(t.pending, b...)
+	if t.pending, err = fillTo(t.pending, total, r); err != nil {
+		return fmt.Errorf("ws: read payload: %w", err)
 	}
 	if len(t.pending) < total {
 		return nil
