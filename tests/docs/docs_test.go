@@ -66,28 +66,35 @@ func markdownFiles(t *testing.T, root string) []string {
 	return files
 }
 
-// prose returns the lines of a Markdown text outside fenced code blocks,
-// with code spans removed: links and headings inside code are not links.
-func prose(text string) []string {
-	var out []string
+// unfenced returns the lines of a Markdown text, those of fenced code
+// blocks (and their fences) blank: code is neither links nor headings.
+func unfenced(text string) []string {
+	lines := strings.Split(text, "\n")
 	fence := ""
-	for _, line := range strings.Split(text, "\n") {
+	for i, line := range lines {
 		trimmed := strings.TrimSpace(line)
-		if fence != "" {
+		switch {
+		case fence != "":
 			if strings.HasPrefix(trimmed, fence) {
 				fence = ""
 			}
-			out = append(out, "")
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
+			lines[i] = ""
+		case strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~"):
 			fence = trimmed[:3]
-			out = append(out, "")
-			continue
+			lines[i] = ""
 		}
-		out = append(out, codeSpan.ReplaceAllString(line, ""))
 	}
-	return out
+	return lines
+}
+
+// prose returns the lines of a Markdown text outside fenced code blocks,
+// with code spans removed: links inside code are not links.
+func prose(text string) []string {
+	lines := unfenced(text)
+	for i, line := range lines {
+		lines[i] = codeSpan.ReplaceAllString(line, "")
+	}
+	return lines
 }
 
 // anchors returns the heading anchors GitHub gives a Markdown text:
@@ -95,19 +102,7 @@ func prose(text string) []string {
 func anchors(text string) map[string]bool {
 	set := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for _, line := range strings.Split(text, "\n") {
-		trimmed := strings.TrimSpace(line)
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
-			continue
-		}
+	for _, line := range unfenced(text) {
 		m := heading.FindStringSubmatch(line)
 		if m == nil {
 			continue
