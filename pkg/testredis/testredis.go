@@ -1,7 +1,7 @@
 // Package testredis gives unit tests a Redis of their own: Open starts one
 // private redis-server per test binary (one package's tests) on loopback,
 // so packages that `go test` runs in parallel never share a keyspace, and
-// no table of DB numbers has to be kept in step (decision 80). Cluster-mode
+// no table of DB numbers has to be kept in step (decision 82). Cluster-mode
 // checks start a private 3-master Redis Cluster per test instead
 // (StartCluster, OpenCluster in cluster.go). End-to-end tests (tests/e2e)
 // and the bench start their own redis-server per cluster.

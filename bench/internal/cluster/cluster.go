@@ -255,9 +255,9 @@ func (c *Cluster) Migrate(ctx context.Context, dsn string) error {
 }
 
 // startRedis runs a private redis-server (the system's binary, the one
-// services.sh installs) on a free port. The shared Redis is used by every
-// test run on this machine, in every database number, so the benchmark's
-// routes, queues and leases get a server of their own.
+// services.sh installs) on a free port. The shared Redis holds whatever
+// `make run` and other work on the machine left in it, so the benchmark's
+// routes, queues and leases get a server of their own, as every test does.
 func (c *Cluster) startRedis(ctx context.Context) error {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
