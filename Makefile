@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli
 
-.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images
 
 all: build
 
@@ -49,7 +49,15 @@ unit: services
 # mostly wait for processes, so more than the 2 cores (decision 85).
 E2E_PARALLEL ?= 4
 e2e: services test-deps build-failpoints
-	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m -parallel $(E2E_PARALLEL) ./tests/...
+	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m -parallel $(E2E_PARALLEL) $$($(GO) list ./tests/... | grep -v /tests/deploy$$)
+
+# The deployment artifacts under deploy/, each exercised (tests/deploy,
+# docs/operations.md "Deploying with systemd", "Containers"):
+# systemd-analyze verify and security on the units and a cluster started
+# from their ExecStart and EnvironmentFile; the images built with podman
+# and inspected; the compose file loaded with compose-go. Under a minute.
+deploy-check: services test-deps build
+	source .run/services.env && $(GO) test -count=1 -timeout 5m ./tests/deploy/
 
 # The e2e tests whose behaviour depends on the Redis mode, each test
 # cluster on a private 3-master Redis Cluster instead of one redis-server
@@ -88,7 +96,7 @@ chaos: services test-deps build-failpoints
 	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -tags chaos -timeout 25m -run 'TestChaos' ./tests/chaos; \
 	status=$$?; for f in $${SPARK_ARTIFACTS_DIR:-.run/artifacts}/chaos/*/verdict.txt; do echo "== $$f"; cat "$$f"; done; exit $$status
 
-test: vet unit e2e e2e-cluster chaos
+test: vet unit deploy-check e2e e2e-cluster chaos
 
 # Short fuzzing of every parser (the seed corpora run in `make test` too).
 fuzz:

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Makes sure what the end-to-end tests drive besides the Go binaries is
 # here: Nginx with its stream module (the SNI front test), Chromium (the
-# browser SDK test), the SDK's npm packages, and the MariaDB and Redis
-# servers the tests run privately. Missing system packages are
+# browser SDK test), the SDK's npm packages, the MariaDB and Redis
+# servers the tests run privately, and systemd-analyze and podman for the
+# deployment checks. Missing system packages are
 # installed with apt-get when the user is root; otherwise it says what to
 # install and fails, so a test never skips for want of a dependency.
 set -euo pipefail
@@ -22,6 +23,10 @@ command -v npm >/dev/null 2>&1 || missing="$missing npm"
 # `make services` found.
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || missing="$missing mariadb-server"
 command -v redis-server >/dev/null 2>&1 || missing="$missing redis-server"
+# tests/deploy (make deploy-check): systemd-analyze verifies the units,
+# podman builds the images (it cannot run them here, and need not).
+command -v systemd-analyze >/dev/null 2>&1 || missing="$missing systemd"
+command -v podman >/dev/null 2>&1 || missing="$missing podman"
 
 if [ -n "$missing" ]; then
   if [ "$(id -u)" != 0 ]; then

@@ -262,28 +262,58 @@ func (c *Cluster) createDatabase() {
 	if c.MySQL != nil {
 		server = c.MySQL.DSN()
 	}
-	cfg, err := mysql.ParseDSN(server)
-	if err != nil {
-		c.t.Fatalf("SPARK_TEST_MYSQL_DSN: %v", err)
-	}
-	var b [4]byte
-	_, _ = rand.Read(b[:])
-	c.DBName = "spark_e2e_" + hex.EncodeToString(b[:])
-	cfg.DBName = c.DBName
-	cfg.ParseTime = true
-	cfg.Loc = time.UTC
-	c.MySQLDSN = cfg.FormatDSN()
-	root, err := sql.Open("mysql", server)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer root.Close()
-	if _, err := root.Exec("CREATE DATABASE `" + c.DBName + "` CHARACTER SET utf8mb4"); err != nil {
-		c.t.Fatalf("MySQL at %s not usable (make test starts one): %v", server, err)
-	}
+	c.DBName, c.MySQLDSN = CreateDatabase(c.t, server)
+	var err error
 	if c.db, err = sql.Open("mysql", c.MySQLDSN); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// CreateDatabase makes a randomly named, empty database on the MySQL
+// server at serverDSN ("" : SPARK_TEST_MYSQL_DSN or the shared one) and
+// returns its name and a DSN for it. Tests that build a cluster of their
+// own (tests/deploy) use it; the caller drops it, or DropDatabase does.
+func CreateDatabase(t testing.TB, server string) (name, dsn string) {
+	t.Helper()
+	if server == "" {
+		server = serverDSN()
+	}
+	cfg, err := mysql.ParseDSN(server)
+	if err != nil {
+		t.Fatalf("SPARK_TEST_MYSQL_DSN: %v", err)
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	name = "spark_e2e_" + hex.EncodeToString(b[:])
+	cfg.DBName = name
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	dsn = cfg.FormatDSN()
+	root, err := sql.Open("mysql", server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	if _, err := root.Exec("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4"); err != nil {
+		t.Fatalf("MySQL at %s not usable (make test starts one): %v", server, err)
+	}
+	return name, dsn
+}
+
+// DropDatabaseOnCleanup drops the database named name on the server of
+// dsn when t ends (unless SPARK_KEEP_DB is set).
+func DropDatabaseOnCleanup(t testing.TB, dsn, name string) {
+	t.Cleanup(func() {
+		if os.Getenv("SPARK_KEEP_DB") != "" {
+			return
+		}
+		db, err := sql.Open("mysql", dsn)
+		if err != nil {
+			return
+		}
+		defer db.Close()
+		_, _ = db.Exec("DROP DATABASE IF EXISTS `" + name + "`")
+	})
 }
 
 func (c *Cluster) migrate() {
