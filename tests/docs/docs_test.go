@@ -1,6 +1,7 @@
 // Package docs checks the repository's Markdown documents as a reader
-// meets them: the README stays a landing page, and every link leads to a
-// file (and heading) inside the repository.
+// meets them: the README stays a landing page, every link leads to a file
+// (and heading) inside the repository, and every repository path the prose
+// names exists.
 package docs
 
 import (
@@ -29,7 +30,22 @@ var (
 	// scheme matches a target that leaves the repository (https:, mailto:…).
 	scheme  = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9+.-]*:`)
 	heading = regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
+	// spanText matches the text of a single-backtick code span.
+	spanText = regexp.MustCompile("`([^`]+)`")
+	// repoPath matches a code span that names a file or directory of the
+	// repository, by its top-level directory.
+	repoPath = regexp.MustCompile(`^(?:bench|client|deliver|deploy|docs|gate|logic|migrations|pkg|proto|sdk|tests)/[\w.@/-]*$`)
+	// injected matches a failpoint in the code; its name (deliver/job/drop)
+	// looks like a path but is not one.
+	injected = regexp.MustCompile(`failpoint\.Inject\("([^"]+)"`)
 )
+
+// history names the documents that record the past: a decision or a
+// recorded benchmark run may name a file that has since moved.
+func history(rel string) bool {
+	rel = filepath.ToSlash(rel)
+	return rel == "docs/decisions.md" || strings.HasPrefix(rel, "bench/results/")
+}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -189,5 +205,79 @@ func TestMarkdownLinksStayInTheRepository(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// failpoints returns the names of the failpoints the Go sources inject.
+func failpoints(t *testing.T, root string) map[string]bool {
+	t.Helper()
+	names := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if skipDirs[d.Name()] {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range injected.FindAllSubmatch(b, -1) {
+			names[string(m[1])] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) == 0 {
+		t.Fatal("no failpoint found in the sources: the pattern is broken")
+	}
+	return names
+}
+
+// Every file or directory a document names in a code span
+// (`deploy/dev/services.sh`, `logic/internal/clientwire`) exists, so a
+// reader who follows the prose, not only its links, finds what it names.
+// Paths are from the repository root; a trailing :line, #anchor or /...
+// is ignored, and failpoint names are not paths.
+func TestNamedPathsExist(t *testing.T) {
+	root := repoRoot(t)
+	fps := failpoints(t, root)
+	checked := 0
+	for _, rel := range markdownFiles(t, root) {
+		if history(rel) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range unfenced(string(b)) {
+			for _, m := range spanText.FindAllStringSubmatch(line, -1) {
+				name := strings.TrimRight(m[1], ".,;")
+				if j := strings.IndexAny(name, ":#"); j >= 0 {
+					name = name[:j]
+				}
+				name = strings.TrimSuffix(name, "/...")
+				if !repoPath.MatchString(name) || fps[name] {
+					continue
+				}
+				checked++
+				if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(name))); err != nil {
+					t.Errorf("%s:%d: %q names no file or directory of the repository", rel, i+1, m[1])
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no repository path found in any document: the pattern is broken")
 	}
 }
