@@ -1,7 +1,7 @@
 // Package docs checks the repository's Markdown documents as a reader
 // meets them: the README stays a landing page, every link leads to a file
-// (and heading) inside the repository, and every repository path the prose
-// names exists.
+// (and heading) inside the repository, every repository path the prose
+// names exists, and the internals list every failpoint.
 package docs
 
 import (
@@ -208,7 +208,8 @@ func TestMarkdownLinksStayInTheRepository(t *testing.T) {
 	}
 }
 
-// failpoints returns the names of the failpoints the Go sources inject.
+// failpoints returns the names of the failpoints the Go sources (not
+// their tests) inject.
 func failpoints(t *testing.T, root string) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
@@ -222,7 +223,7 @@ func failpoints(t *testing.T, root string) map[string]bool {
 			}
 			return nil
 		}
-		if !strings.HasSuffix(path, ".go") {
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
 		b, err := os.ReadFile(path)
@@ -279,5 +280,42 @@ func TestNamedPathsExist(t *testing.T) {
 	}
 	if checked == 0 {
 		t.Fatal("no repository path found in any document: the pattern is broken")
+	}
+}
+
+// The failpoint table of docs/internals.md lists every failpoint the
+// sources inject, and only those: it is where a test author finds the
+// seams (it once listed 6 of 8).
+func TestInternalsListsEveryFailpoint(t *testing.T) {
+	root := repoRoot(t)
+	want := failpoints(t, root)
+	b, err := os.ReadFile(filepath.Join(root, "docs", "internals.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := regexp.MustCompile("^\\| `([^`]+)` \\|")
+	listed := map[string]bool{}
+	in := false
+	for _, line := range unfenced(string(b)) {
+		if m := heading.FindStringSubmatch(line); m != nil {
+			in = strings.HasPrefix(m[1], "Failpoints")
+			continue
+		}
+		if m := row.FindStringSubmatch(line); in && m != nil {
+			listed[m[1]] = true
+		}
+	}
+	if len(listed) == 0 {
+		t.Fatal("docs/internals.md has no failpoint table under a Failpoints heading")
+	}
+	for name := range want {
+		if !listed[name] {
+			t.Errorf("failpoint %s is injected but not listed in docs/internals.md", name)
+		}
+	}
+	for name := range listed {
+		if !want[name] {
+			t.Errorf("docs/internals.md lists failpoint %s, which no source injects", name)
+		}
 	}
 }
