@@ -56,6 +56,11 @@ e2e: services test-deps build-failpoints
 # systemd-analyze verify and security on the units and a cluster started
 # from their ExecStart and EnvironmentFile; the images built with podman
 # and inspected; the compose file loaded with compose-go. Under a minute.
+# The container images localhost/spark-{gate,logic,deliver,migrate}:dev,
+# FROM scratch with a static binary built here (deploy/containers).
+images: test-deps
+	deploy/containers/build.sh dev
+
 deploy-check: services test-deps build
 	source .run/services.env && $(GO) test -count=1 -timeout 5m ./tests/deploy/
 

@@ -1,0 +1,159 @@
+package deploy
+
+import (
+	"debug/elf"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sparkim/spark/pkg/config"
+)
+
+// imageTag is what the test builds; make images builds :dev.
+const imageTag = "test"
+
+// imagePorts are the ports each image must EXPOSE: the listeners of the
+// container config (deploy/containers/im.yaml), which keeps the default
+// ports.
+func imagePorts(t testing.TB) map[string][]string {
+	t.Helper()
+	cfg, err := config.Load(filepath.Join(root(t), "deploy", "containers", "im.yaml"))
+	if err != nil {
+		t.Fatalf("container config: %v", err)
+	}
+	ports := func(addrs ...string) []string {
+		var out []string
+		for _, a := range addrs {
+			out = append(out, portOf(t, a)+"/tcp")
+		}
+		sort.Strings(out)
+		return out
+	}
+	return map[string][]string{
+		"gate":    ports(cfg.Gate.TCPAddr, cfg.Gate.WSAddr, cfg.Gate.TLSAddr, cfg.Gate.PushAddr, cfg.Gate.AdminAddr),
+		"logic":   ports(cfg.Logic.GRPCAddr, cfg.Logic.AdminAddr),
+		"deliver": ports(cfg.Deliver.AdminAddr),
+		"migrate": nil,
+	}
+}
+
+type imageConfig struct {
+	Config struct {
+		User         string
+		Entrypoint   []string
+		Cmd          []string
+		ExposedPorts map[string]struct{}
+		Labels       map[string]string
+	}
+}
+
+// TestContainerImages builds every image with podman (deploy/containers/
+// build.sh, what make images runs) and inspects it: a non-root numeric
+// user, the entrypoint with the config path, the exposed ports, the OCI
+// labels, and a file system of exactly the static binary and the config
+// (no shell, no libc), read from `podman image mount`. Running them is not
+// possible in this sandbox.
+func TestContainerImages(t *testing.T) {
+	podman, err := exec.LookPath("podman")
+	if err != nil {
+		t.Fatalf("podman not found (make test-deps installs it): %v", err)
+	}
+	build := exec.Command(filepath.Join(root(t), "deploy", "containers", "build.sh"), imageTag)
+	build.Env = append(os.Environ(), "SPARK_IMAGE_CONTEXT="+t.TempDir())
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build.sh: %v\n%s", err, out)
+	}
+	wantPorts := imagePorts(t)
+	for _, proc := range []string{"gate", "logic", "deliver", "migrate"} {
+		image := fmt.Sprintf("localhost/spark-%s:%s", proc, imageTag)
+		out, err := exec.Command(podman, "image", "inspect", image).Output()
+		if err != nil {
+			t.Fatalf("podman image inspect %s: %v", image, err)
+		}
+		var cfgs []imageConfig
+		if err := json.Unmarshal(out, &cfgs); err != nil || len(cfgs) != 1 {
+			t.Fatalf("%s: inspect output: %v\n%s", image, err, out)
+		}
+		c := cfgs[0].Config
+		if c.User != "65532:65532" {
+			t.Errorf("%s: user %q, want 65532:65532 (non-root, numeric: scratch has no /etc/passwd)", image, c.User)
+		}
+		if want := []string{"/spark/" + proc, "-config", "/etc/spark/im.yaml"}; !reflect.DeepEqual(c.Entrypoint, want) || len(c.Cmd) != 0 {
+			t.Errorf("%s: entrypoint %q cmd %q, want %q", image, c.Entrypoint, c.Cmd, want)
+		}
+		var ports []string
+		for p := range c.ExposedPorts {
+			ports = append(ports, p)
+		}
+		sort.Strings(ports)
+		if !reflect.DeepEqual(ports, wantPorts[proc]) {
+			t.Errorf("%s: exposes %v, want %v", image, ports, wantPorts[proc])
+		}
+		for _, l := range []string{"title", "description", "version", "revision"} {
+			if c.Labels["org.opencontainers.image."+l] == "" {
+				t.Errorf("%s: label org.opencontainers.image.%s missing", image, l)
+			}
+		}
+		if got := c.Labels["org.opencontainers.image.title"]; got != "spark-"+proc {
+			t.Errorf("%s: title label %q", image, got)
+		}
+		checkImageFiles(t, podman, image, proc)
+	}
+}
+
+// checkImageFiles mounts the image's file system and wants in it exactly
+// the binary, statically linked, and the config.
+func checkImageFiles(t *testing.T, podman, image, proc string) {
+	t.Helper()
+	out, err := exec.Command(podman, "image", "mount", image).CombinedOutput()
+	if err != nil {
+		t.Fatalf("podman image mount %s: %v\n%s", image, err, out)
+	}
+	dir := strings.TrimSpace(string(out))
+	defer func() { _ = exec.Command(podman, "image", "unmount", image).Run() }()
+	var files []string
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			files = append(files, "/"+rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	if want := []string{"/etc/spark/im.yaml", "/spark/" + proc}; !reflect.DeepEqual(files, want) {
+		t.Errorf("%s: files %v, want only %v (no shell, no libc)", image, files, want)
+	}
+	f, err := elf.Open(filepath.Join(dir, "spark", proc))
+	if err != nil {
+		t.Fatalf("%s: binary: %v", image, err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Errorf("%s: /spark/%s is dynamically linked (has an interpreter); build with CGO_ENABLED=0", image, proc)
+		}
+	}
+}
+
+// portOf is the port of a host:port address.
+func portOf(t testing.TB, addr string) string {
+	t.Helper()
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		t.Fatalf("address %q has no port", addr)
+	}
+	return addr[i+1:]
+}
