@@ -1,7 +1,8 @@
 // Package docs checks the repository's Markdown documents as a reader
 // meets them: the README stays a landing page, every link leads to a file
 // (and heading) inside the repository, every repository path the prose
-// names exists, and the internals list every failpoint.
+// names exists, the internals list every failpoint, and the decisions are
+// numbered once each and indexed.
 package docs
 
 import (
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -316,6 +318,68 @@ func TestInternalsListsEveryFailpoint(t *testing.T) {
 	for name := range listed {
 		if !want[name] {
 			t.Errorf("docs/internals.md lists failpoint %s, which no source injects", name)
+		}
+	}
+}
+
+// docs/decisions.md is numbered 1..N, each number once, and its index has
+// one row per decision in order; a status is "in force", "amended by" or
+// "replaced by" later decisions that exist.
+func TestDecisionsIndexed(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), "docs", "decisions.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	decision := regexp.MustCompile(`^(\d+)\. \*\*`)
+	row := regexp.MustCompile(`^\| (\d+) \| (.+) \| (.+) \|$`)
+	status := regexp.MustCompile(`^(?:in force|(?:amended|replaced) by .+)$`)
+	later := regexp.MustCompile(`\b(\d+)\b`)
+	note := regexp.MustCompile(`\([^)]*\)`)
+	seen := map[int]int{} // decision number → line
+	var rows []int
+	statuses := map[int]string{}
+	for i, line := range unfenced(string(b)) {
+		if m := decision.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			if prev, ok := seen[n]; ok {
+				t.Errorf("decisions.md:%d: decision %d again (first at line %d)", i+1, n, prev)
+			}
+			seen[n] = i + 1
+		}
+		if m := row.FindStringSubmatch(line); m != nil {
+			n, _ := strconv.Atoi(m[1])
+			rows = append(rows, n)
+			statuses[n] = m[3]
+		}
+	}
+	if len(seen) == 0 {
+		t.Fatal("no decision found: the pattern is broken")
+	}
+	for n := 1; n <= len(seen); n++ {
+		if _, ok := seen[n]; !ok {
+			t.Errorf("decision %d is missing: numbers are not 1..%d", n, len(seen))
+		}
+	}
+	for i, n := range rows {
+		if n != i+1 {
+			t.Errorf("index row %d is decision %d: one row per decision, in order", i+1, n)
+			break
+		}
+	}
+	if len(rows) != len(seen) {
+		t.Errorf("the index has %d rows for %d decisions", len(rows), len(seen))
+	}
+	for n, s := range statuses {
+		if !status.MatchString(s) {
+			t.Errorf("index row %d: status %q is not in force / amended by N / replaced by N", n, s)
+			continue
+		}
+		// The numbers outside the parenthesised notes name decisions.
+		for _, m := range later.FindAllString(note.ReplaceAllString(s, ""), -1) {
+			k, _ := strconv.Atoi(m)
+			if _, ok := seen[k]; !ok || k <= n {
+				t.Errorf("index row %d: %q names decision %d, which is not a later decision", n, s, k)
+			}
 		}
 	}
 }
