@@ -44,8 +44,21 @@ func classConfig(c Class, l Limits) Config {
 	return cfg
 }
 
-// baseConfig limits nothing, with the limiter's timings.
-func baseConfig() Config { return FromConfig(config.RateLimit{}) }
+// testTimeout bounds a test limiter's Redis call. The production 200ms
+// is shorter than the scheduling delays of a loaded 2-core CI machine:
+// a late answer there made a check fail open (and pause the limiter for
+// a second), so a bucket test saw requests pass that the bucket refused
+// and AuthFailed not block. The fail-open test's Redis refuses the
+// connection, which no timeout delays.
+const testTimeout = 10 * time.Second
+
+// baseConfig limits nothing, with the limiter's timings except a Redis
+// timeout no scheduling delay reaches.
+func baseConfig() Config {
+	c := FromConfig(config.RateLimit{})
+	c.Timeout = testTimeout
+	return c
+}
 
 // mustNew is New for a test, which fails on an error.
 func mustNew(t testing.TB, rdb Redis, cfg Config, log *zap.Logger, reg prometheus.Registerer) *Limiter {
