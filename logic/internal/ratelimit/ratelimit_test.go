@@ -70,6 +70,35 @@ func mustNew(t testing.TB, rdb Redis, cfg Config, log *zap.Logger, reg prometheu
 	return l
 }
 
+// scaled runs attempt with the test's intervals multiplied by k = 1, 2,
+// 4, … until an attempt is conclusive. On a loaded machine a test can be
+// descheduled for longer than a bucket's interval, and then a bucket
+// rightly lets through a request the test expected it to refuse: such an
+// attempt proves nothing and is tried again with more room. An attempt
+// fails the test itself when the limiter answers wrongly within the time
+// the test measured, so a wrong limiter fails at every k.
+func scaled(t *testing.T, attempt func(k int) (conclusive bool)) {
+	t.Helper()
+	const maxScale = 32
+	for k := 1; k <= maxScale; k *= 2 {
+		if attempt(k) {
+			return
+		}
+		t.Logf("the machine was too slow for the intervals times %d; again with twice the room", k)
+	}
+	t.Fatalf("no attempt ran within its intervals, up to %d times them", maxScale)
+}
+
+// slowed is l with each bucket's rate divided by k: k times its interval.
+func slowed(l Limits, k int) Limits {
+	for _, b := range []*Bucket{&l.Device, &l.IP} {
+		if b.on() {
+			b.Rate /= float64(k)
+		}
+	}
+	return l
+}
+
 // Each class's buckets refuse the request past the burst with 42901 and a
 // retry-after no longer than one emission interval, and take it again once
 // that time has passed.
@@ -93,49 +122,76 @@ func TestThresholdRetryAfterAndRecovery(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := mustNew(t, rdb, classConfig(tt.class, tt.limits), nil, nil)
-			ip := freshAddr()
-			allow := func() error {
-				if tt.class == Auth {
-					return l.AdmitDevice(ctx, ip, 7, "phone")
+			// Every wait the bucket decides is measured against the wall
+			// time around the Redis calls (Redis's clock, read inside the
+			// script, lies within it): a request that passes when the
+			// bucket should refuse it is a failure only if less than the
+			// interval that would have freed its token elapsed.
+			scaled(t, func(k int) bool {
+				interval := tt.interval * time.Duration(k)
+				l := mustNew(t, rdb, classConfig(tt.class, slowed(tt.limits, k)), nil, nil)
+				ip := freshAddr()
+				allow := func() error {
+					if tt.class == Auth {
+						return l.AdmitDevice(ctx, ip, 7, "phone")
+					}
+					return l.Allow(ctx, tt.class, ip, 7, "phone")
 				}
-				return l.Allow(ctx, tt.class, ip, 7, "phone")
-			}
-			start := time.Now()
-			for i := 0; i < tt.burst; i++ {
+				start := time.Now()
+				for i := 0; i < tt.burst; i++ {
+					if err := allow(); err != nil {
+						t.Fatalf("request %d of the burst: %v", i+1, err)
+					}
+				}
+				refused := time.Now()
+				err := allow()
+				over, retry := limited(t, err)
+				elapsed := time.Since(start)
+				if !over {
+					if elapsed < interval {
+						t.Fatalf("request %d past a burst of %d allowed %v after the burst began (interval %v)", tt.burst+1, tt.burst, elapsed, interval)
+					}
+					return false
+				}
+				if _, msg := errcode.Of(err); !strings.Contains(msg, tt.wantMsg) {
+					t.Fatalf("message %q, want it to contain %q", msg, tt.wantMsg)
+				}
+				// The bucket frees one token an interval after the burst
+				// began: the hint is that interval less the time spent.
+				if retry <= 0 || retry > interval+time.Millisecond || retry < interval-elapsed-time.Millisecond {
+					t.Fatalf("retry-after %v, want within (%v - %v elapsed, %v]", retry, interval, elapsed, interval)
+				}
+				if got := testutil.ToFloat64(l.m.limited[tt.class][scopeIndex(tt.wantScope)]); got != 1 {
+					t.Fatalf("limited{%s,%s} = %v, want 1", tt.class, tt.wantScope, got)
+				}
+				// Refusals take no token: asking again at once is still
+				// refused with about the same wait, not a longer one. (The
+				// hint is rounded up to a millisecond, so the token may be
+				// back a millisecond before it.)
+				over, again := limited(t, allow())
+				if !over {
+					if since := time.Since(refused); since < retry-time.Millisecond {
+						t.Fatalf("second refusal: allowed %v after the first, which said %v", since, retry)
+					}
+					return false
+				}
+				if again > retry {
+					t.Fatalf("second refusal: retry %v (first %v)", again, retry)
+				}
+				time.Sleep(retry)
 				if err := allow(); err != nil {
-					t.Fatalf("request %d of the burst: %v", i+1, err)
+					t.Fatalf("after waiting the retry-after %v: %v", retry, err)
 				}
-			}
-			err := allow()
-			over, retry := limited(t, err)
-			elapsed := time.Since(start)
-			if !over {
-				t.Fatalf("request %d past a burst of %d allowed", tt.burst+1, tt.burst)
-			}
-			if _, msg := errcode.Of(err); !strings.Contains(msg, tt.wantMsg) {
-				t.Fatalf("message %q, want it to contain %q", msg, tt.wantMsg)
-			}
-			// The bucket frees one token an interval after the burst
-			// began: the hint is that interval less the time spent.
-			if retry <= 0 || retry > tt.interval+time.Millisecond || retry < tt.interval-elapsed-time.Millisecond {
-				t.Fatalf("retry-after %v, want within (%v - %v elapsed, %v]", retry, tt.interval, elapsed, tt.interval)
-			}
-			if got := testutil.ToFloat64(l.m.limited[tt.class][scopeIndex(tt.wantScope)]); got != 1 {
-				t.Fatalf("limited{%s,%s} = %v, want 1", tt.class, tt.wantScope, got)
-			}
-			// Refusals take no token: asking again at once is still
-			// refused with about the same wait, not a longer one.
-			if over, again := limited(t, allow()); !over || again > retry {
-				t.Fatalf("second refusal: limited %v, retry %v (first %v)", over, again, retry)
-			}
-			time.Sleep(retry)
-			if err := allow(); err != nil {
-				t.Fatalf("after waiting the retry-after %v: %v", retry, err)
-			}
-			if over, _ := limited(t, allow()); !over {
-				t.Fatal("one token came back, but two requests passed")
-			}
+				// The next token comes an interval after the one just
+				// taken, unless the machine stalled that long.
+				if over, _ := limited(t, allow()); !over {
+					if since := time.Since(refused); since < retry-time.Millisecond+interval {
+						t.Fatalf("one token came back, but two requests passed within %v of the refusal (retry-after %v, interval %v)", since, retry, interval)
+					}
+					return false
+				}
+				return true
+			})
 		})
 	}
 }
