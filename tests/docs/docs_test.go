@@ -55,8 +55,9 @@ func repoRoot(t *testing.T) string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// markdownFiles returns every .md file of the repository, relative to root.
-func markdownFiles(t *testing.T, root string) []string {
+// filesEnding returns every file of the repository whose name ends in
+// suffix, relative to root.
+func filesEnding(t *testing.T, root, suffix string) []string {
 	t.Helper()
 	var files []string
 	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
@@ -69,7 +70,7 @@ func markdownFiles(t *testing.T, root string) []string {
 			}
 			return nil
 		}
-		if strings.HasSuffix(d.Name(), ".md") {
+		if strings.HasSuffix(d.Name(), suffix) {
 			rel, err := filepath.Rel(root, path)
 			if err != nil {
 				return err
@@ -82,6 +83,11 @@ func markdownFiles(t *testing.T, root string) []string {
 		t.Fatal(err)
 	}
 	return files
+}
+
+// markdownFiles returns every .md file of the repository, relative to root.
+func markdownFiles(t *testing.T, root string) []string {
+	return filesEnding(t, root, ".md")
 }
 
 // unfenced returns the lines of a Markdown text, those of fenced code
@@ -215,30 +221,17 @@ func TestMarkdownLinksStayInTheRepository(t *testing.T) {
 func failpoints(t *testing.T, root string) map[string]bool {
 	t.Helper()
 	names := map[string]bool{}
-	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+	for _, rel := range filesEnding(t, root, ".go") {
+		if strings.HasSuffix(rel, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(root, rel))
 		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if skipDirs[d.Name()] {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return err
+			t.Fatal(err)
 		}
 		for _, m := range injected.FindAllSubmatch(b, -1) {
 			names[string(m[1])] = true
 		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	if len(names) == 0 {
 		t.Fatal("no failpoint found in the sources: the pattern is broken")
