@@ -11,9 +11,11 @@ import (
 	"reflect"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/tests/framework"
 )
 
 // imageTag is what the test builds; make images builds :dev.
@@ -61,15 +63,7 @@ type imageConfig struct {
 // (no shell, no libc), read from `podman image mount`. Running them is not
 // possible in this sandbox.
 func TestContainerImages(t *testing.T) {
-	podman, err := exec.LookPath("podman")
-	if err != nil {
-		t.Fatalf("podman not found (make test-deps installs it): %v", err)
-	}
-	build := exec.Command(filepath.Join(root(t), "deploy", "containers", "build.sh"), imageTag)
-	build.Env = append(os.Environ(), "SPARK_IMAGE_CONTEXT="+t.TempDir())
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build.sh: %v\n%s", err, out)
-	}
+	podman := buildImages(t)
 	wantPorts := imagePorts(t)
 	for _, proc := range []string{"gate", "logic", "deliver", "migrate"} {
 		image := fmt.Sprintf("localhost/spark-%s:%s", proc, imageTag)
@@ -104,22 +98,113 @@ func TestContainerImages(t *testing.T) {
 		if got := c.Labels["org.opencontainers.image.title"]; got != "spark-"+proc {
 			t.Errorf("%s: title label %q", image, got)
 		}
-		checkImageFiles(t, podman, image, proc)
+		checkImageFiles(t, image, proc, mountImage(t, podman, image))
 	}
 }
 
-// checkImageFiles mounts the image's file system and wants in it exactly
-// the binary, statically linked, and the config.
-func checkImageFiles(t *testing.T, podman, image, proc string) {
+var (
+	imagesOnce sync.Once
+	imagesErr  error
+)
+
+// buildImages builds the images once per test binary with
+// deploy/containers/build.sh (what make images runs) and returns podman.
+func buildImages(t *testing.T) string {
+	t.Helper()
+	podman, err := exec.LookPath("podman")
+	if err != nil {
+		t.Fatalf("podman not found (make test-deps installs it): %v", err)
+	}
+	imagesOnce.Do(func() {
+		ctx, err := os.MkdirTemp("", "spark-image-context-")
+		if err != nil {
+			imagesErr = err
+			return
+		}
+		defer os.RemoveAll(ctx)
+		build := exec.Command(filepath.Join(root(t), "deploy", "containers", "build.sh"), imageTag)
+		build.Env = append(os.Environ(), "SPARK_IMAGE_CONTEXT="+ctx)
+		if out, err := build.CombinedOutput(); err != nil {
+			imagesErr = fmt.Errorf("build.sh: %w\n%s", err, out)
+		}
+	})
+	if imagesErr != nil {
+		t.Fatal(imagesErr)
+	}
+	return podman
+}
+
+// mountImage mounts the image's file system read-only until t ends.
+func mountImage(t *testing.T, podman, image string) string {
 	t.Helper()
 	out, err := exec.Command(podman, "image", "mount", image).CombinedOutput()
 	if err != nil {
 		t.Fatalf("podman image mount %s: %v\n%s", image, err, out)
 	}
-	dir := strings.TrimSpace(string(out))
-	defer func() { _ = exec.Command(podman, "image", "unmount", image).Run() }()
+	t.Cleanup(func() { _ = exec.Command(podman, "image", "unmount", image).Run() })
+	return strings.TrimSpace(string(out))
+}
+
+// TestContainerImagesRunACluster runs what the images hold, since running
+// the containers is impossible here: from each mounted image its
+// entrypoint (the static binary and -config with the image's own config
+// file), with the environment compose.yaml gives that service, in
+// compose's start order, and the smoke session over it (smokeCluster
+// says what it overrides). The compose bind mount of ./tls is a
+// directory of test certificates.
+func TestContainerImagesRunACluster(t *testing.T) {
+	podman := buildImages(t)
+	p, err := loadCompose(t, composeEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDir := t.TempDir()
+	ca := framework.NewTestCA(t)
+	cert := ca.IssueServer(t, tlsDir, 1, "gate-1", "gate-2")
+	for from, to := range map[string]string{cert.CertFile: "gate.crt", cert.KeyFile: "gate.key"} {
+		if err := os.Rename(from, filepath.Join(tlsDir, to)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var procs []smokeProc
+	for _, svc := range []string{"migrate", "logic", "deliver", "gate-1", "gate-2"} {
+		s := p.Services[svc]
+		proc := strings.TrimPrefix(strings.SplitN(s.Image, ":", 2)[0], "localhost/spark-")
+		mnt := mountImage(t, podman, s.Image)
+		out, err := exec.Command(podman, "image", "inspect", s.Image).Output()
+		if err != nil {
+			t.Fatalf("podman image inspect %s: %v", s.Image, err)
+		}
+		var cfgs []imageConfig
+		if err := json.Unmarshal(out, &cfgs); err != nil || len(cfgs) != 1 || len(cfgs[0].Config.Entrypoint) != 3 {
+			t.Fatalf("%s: inspect: %v\n%s", s.Image, err, out)
+		}
+		ep := cfgs[0].Config.Entrypoint
+		var env []string
+		for k, v := range s.Environment {
+			val := *v
+			if strings.HasPrefix(val, "/etc/spark/tls/") {
+				val = filepath.Join(tlsDir, strings.TrimPrefix(val, "/etc/spark/tls/"))
+			}
+			env = append(env, k+"="+val)
+		}
+		sort.Strings(env)
+		sp := smokeProc{name: svc, role: proc, bin: filepath.Join(mnt, ep[0]),
+			args: []string{ep[1], filepath.Join(mnt, ep[2])}, env: env, oneshot: proc == "migrate"}
+		if proc == "gate" {
+			sp.gateID = svc
+		}
+		procs = append(procs, sp)
+	}
+	smokeCluster(t, procs)
+}
+
+// checkImageFiles wants in the image's mounted file system dir exactly the
+// binary, statically linked, and the config.
+func checkImageFiles(t *testing.T, image, proc, dir string) {
+	t.Helper()
 	var files []string
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

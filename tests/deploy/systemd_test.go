@@ -1,10 +1,6 @@
 package deploy
 
 import (
-	"context"
-	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/config"
-	"github.com/sparkim/spark/pkg/token"
-	"github.com/sparkim/spark/tests/framework"
 )
 
 // securityThreshold is the highest `systemd-analyze security` exposure
@@ -237,129 +230,25 @@ func loadWithUnitEnv(t *testing.T, u unit) *config.Config {
 // TestSystemdUnitsRunACluster starts the real binaries (make build) as the
 // units would: each unit's ExecStart with its -config path, and the
 // environment of its Environment= and EnvironmentFile= lines, all read
-// from deploy/systemd. Then two users AUTH on the two gates, one sends,
-// the other gets the push, and every admin port answers /readyz.
-//
-// What the test changes, and only by appending IM_* variables after the
-// unit's own environment (so they win, as a later EnvironmentFile would):
-// every listener and the addresses that name one get a free loopback port
-// (the examples bind 0.0.0.0 and fixed ports, which other tests on this
-// machine may hold), logic.mysql.dsn points at a fresh database on the
-// test MySQL, and logic.redis/deliver.redis at a private redis-server.
-// Secrets, ids and every other setting are the examples' own.
+// from deploy/systemd, in the units' order (migrate, logic, deliver, the
+// gates), and runs the smoke session (smokeCluster, which says what it
+// overrides: listener ports, MySQL DSN, Redis address).
 func TestSystemdUnitsRunACluster(t *testing.T) {
-	redis := framework.StartSingleRedis(t)
-	dbName, dsn := framework.CreateDatabase(t, "")
-	framework.DropDatabaseOnCleanup(t, dsn, dbName)
-
-	port := func() string { return fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t)) }
-	logicGRPC, logicAdmin, deliverAdmin := port(), port(), port()
-	overrides := map[string][]string{
-		"spark-migrate.service": {"IM_LOGIC_MYSQL_DSN=" + dsn},
-		"spark-logic.service": {"IM_LOGIC_MYSQL_DSN=" + dsn, "IM_LOGIC_REDIS_ADDR=" + redis.Addr,
-			"IM_LOGIC_GRPC_ADDR=" + logicGRPC, "IM_LOGIC_ADMIN_ADDR=" + logicAdmin},
-		"spark-deliver.service": {"IM_DELIVER_REDIS_ADDR=" + redis.Addr, "IM_DELIVER_ADMIN_ADDR=" + deliverAdmin,
-			"IM_DELIVER_LOGIC_ADDRS=" + logicGRPC},
-	}
-	admins := []string{logicAdmin, deliverAdmin}
-	gateTCP := map[string]string{}
-	for _, id := range []string{"gate-1", "gate-2"} {
-		tcp, admin := port(), port()
-		gateTCP[id] = tcp
-		admins = append(admins, admin)
-		overrides["spark-gate@"+id+".service"] = []string{"IM_GATE_TCP_ADDR=" + tcp, "IM_GATE_WS_ADDR=" + port(),
-			"IM_GATE_PUSH_ADDR=" + port(), "IM_GATE_ADMIN_ADDR=" + admin, "IM_GATE_LOGIC_ADDRS=" + logicGRPC}
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	var jwtSecret string
+	var procs []smokeProc
 	for _, uf := range units {
 		u := parseUnit(t, filepath.Join(systemdDir(t), uf.file), uf.instance)
 		argv := strings.Fields(u.one("Service", "ExecStart"))
-		bin := hostPath(t, argv[0])
-		if !exists(bin) {
-			t.Fatalf("%s not built: run make build", bin)
-		}
 		args := append([]string{}, argv[1:]...)
 		for i, a := range args {
 			if strings.HasPrefix(a, hostEtcDir) {
 				args[i] = hostPath(t, a)
 			}
 		}
-		env := append(unitEnv(t, u), overrides[uf.name()]...)
-		if uf.file == "spark-logic.service" {
-			jwtSecret = envValue(env, "IM_LOGIC_JWT_SECRET")
-		}
-		if u.one("Service", "Type") == "oneshot" {
-			cmd := exec.CommandContext(ctx, bin, args...)
-			cmd.Env = append(withoutIM(os.Environ()), env...)
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("%s: %v\n%s", uf.name(), err, out)
-			}
-			continue
-		}
-		p := framework.NewProcess(t, uf.name(), bin, args, env)
-		if err := p.Start(ctx); err != nil {
-			t.Fatalf("%s: %v\n%s", uf.name(), err, p.Tail(30))
-		}
-		t.Cleanup(func() {
-			if err := p.Stop(); err != nil {
-				t.Logf("%s: %v", p.Name, err)
-			}
-			if t.Failed() {
-				t.Logf("---- %s log tail ----\n%s", p.Name, p.Tail(30))
-			}
-		})
+		role := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(uf.file, "spark-"), ".service"), "@")
+		procs = append(procs, smokeProc{name: uf.name(), role: role, gateID: uf.instance,
+			bin: hostPath(t, argv[0]), args: args, env: unitEnv(t, u), oneshot: u.one("Service", "Type") == "oneshot"})
 	}
-	if jwtSecret == "" {
-		t.Fatal("logic.env sets no IM_LOGIC_JWT_SECRET")
-	}
-
-	login := func(gate string, user int64, device string) *client.Conn {
-		conn, err := client.Dial(ctx, gateTCP[gate], client.Options{})
-		if err != nil {
-			t.Fatalf("dial %s: %v", gate, err)
-		}
-		t.Cleanup(func() { _ = conn.Close() })
-		tok, _, err := token.Mint([]byte(jwtSecret), user, device, time.Hour, time.Now())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := conn.Auth(ctx, tok, device, "test", "1.0.0"); err != nil {
-			t.Fatalf("auth %d on %s: %v", user, gate, err)
-		}
-		return conn
-	}
-	alice := login("gate-1", 7101, "phone")
-	bob := login("gate-2", 7102, "phone")
-	ack, err := alice.SendText(ctx, 7102, "deployed by systemd")
-	if err != nil {
-		t.Fatalf("send: %v", err)
-	}
-	m, err := framework.NextMessage(bob, 15*time.Second)
-	if err != nil {
-		t.Fatalf("push to bob: %v", err)
-	}
-	if int64(m.MsgID) != int64(ack.MsgID) {
-		t.Fatalf("pushed msg_id %d, acked %d", m.MsgID, ack.MsgID)
-	}
-	for _, a := range admins {
-		readyz(t, a)
-	}
-}
-
-func readyz(t testing.TB, addr string) {
-	t.Helper()
-	resp, err := http.Get("http://" + addr + "/readyz")
-	if err != nil {
-		t.Fatalf("GET %s/readyz: %v", addr, err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s/readyz: %s %s", addr, resp.Status, body)
-	}
+	smokeCluster(t, procs)
 }
 
 func withoutIM(env []string) []string {
