@@ -737,9 +737,36 @@ func TestShutdownClosesConnections(t *testing.T) {
 }
 
 func TestSlowReaderDropsThenCloses(t *testing.T) {
+	// The queue fills only if OutboundQueue+1 pushes reach the gate
+	// within the write timeout of the stuck write; on a loaded machine
+	// one push round trip can take longer than that, and the connection
+	// rightly closes before any drop. Such an attempt is repeated with
+	// the timeout doubled: a gate that never drops fails at every one.
+	for timeout := 200 * time.Millisecond; ; timeout *= 2 {
+		dropped, pc := slowReaderPushes(t, timeout)
+		if dropped > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), safety)
+			defer cancel()
+			st, err := pc.Stats(ctx, &gatev1.StatsRequest{})
+			if err != nil || st.PushesDropped == 0 {
+				t.Fatalf("stats %v %v", st, err)
+			}
+			return
+		}
+		if timeout >= 6400*time.Millisecond {
+			t.Fatalf("queue never reported a drop before the close, with write timeouts up to %v", timeout)
+		}
+		t.Logf("no drop before the close with a %v write timeout: pushes came slower than that; again with twice it", timeout)
+	}
+}
+
+// slowReaderPushes pushes to a client that never reads until the gate
+// closes it, and returns how many pushes the gate dropped.
+func slowReaderPushes(t *testing.T, writeTimeout time.Duration) (int, gatev1.PushClient) {
+	t.Helper()
 	fl, addr := startLogic(t)
 	cfg := testGateConfig(addr)
-	cfg.WriteTimeout = 200 * time.Millisecond
+	cfg.WriteTimeout = writeTimeout
 	cfg.OutboundQueue = 4
 	s := startGate(t, cfg)
 	pc := pushClient(t, s)
@@ -747,7 +774,7 @@ func TestSlowReaderDropsThenCloses(t *testing.T) {
 	_ = c.nc.(*net.TCPConn).SetReadBuffer(4096)
 	c.auth(21, "dev-slow")
 	target := &gatev1.Target{ConnId: fl.connID(t, "dev-slow"), UserId: 21, DeviceId: "dev-slow"}
-	ctx, cancel := context.WithTimeout(context.Background(), safety)
+	ctx, cancel := context.WithTimeout(context.Background(), safety+writeTimeout)
 	defer cancel()
 	body := envelope.OK("AAAAAAAAAAA", []byte(`{"pad":"`+strings.Repeat("p", 60<<10)+`"}`))
 
@@ -761,16 +788,9 @@ func TestSlowReaderDropsThenCloses(t *testing.T) {
 		}
 		dropped += len(r.Dropped)
 		if len(r.Missing) == 1 {
-			break
+			return dropped, pc
 		}
 		time.Sleep(time.Millisecond)
-	}
-	if dropped == 0 {
-		t.Fatal("queue never reported a drop before the close")
-	}
-	st, err := pc.Stats(ctx, &gatev1.StatsRequest{})
-	if err != nil || st.PushesDropped == 0 {
-		t.Fatalf("stats %v %v", st, err)
 	}
 }
 
