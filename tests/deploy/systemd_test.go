@@ -139,6 +139,7 @@ func TestSystemdUnitsSecurity(t *testing.T) {
 // gate's shutdown bound, the migrate-before-logic order and the config
 // path.
 func TestSystemdUnitsPolicy(t *testing.T) {
+	listener := map[string]string{} // address -> the gate that binds it
 	for _, uf := range units {
 		u := parseUnit(t, filepath.Join(systemdDir(t), uf.file), uf.instance)
 		name := uf.name()
@@ -171,15 +172,25 @@ func TestSystemdUnitsPolicy(t *testing.T) {
 		if n, _ := strconv.Atoi(u.one("Service", "LimitNOFILE")); n < 1<<20 {
 			t.Errorf("%s: LimitNOFILE=%s, want at least 1048576 for 100k+ sockets", name, u.one("Service", "LimitNOFILE"))
 		}
-		cfg := loadWithUnitEnv(t, u)
-		// The gate's Server.ShutdownBound, from the config it will run with.
-		bound := cfg.Gate.ShutdownKickWindow + cfg.Gate.DrainTimeout + cfg.Gate.WriteTimeout + 5*time.Second
-		if stop < bound+10*time.Second {
-			t.Errorf("%s: TimeoutStopSec %v, want at least the shutdown bound %v + 10s", name, stop, bound)
-		}
-		if cfg.Gate.ID != uf.instance {
-			t.Errorf("%s: gate.id %q, want the instance name", name, cfg.Gate.ID)
-		}
+		// In a subtest, so the unit's environment is undone before the next.
+		t.Run(name, func(t *testing.T) {
+			cfg := loadWithUnitEnv(t, u)
+			// The gate's Server.ShutdownBound, from the config it will run with.
+			bound := cfg.Gate.ShutdownKickWindow + cfg.Gate.DrainTimeout + cfg.Gate.WriteTimeout + 5*time.Second
+			if stop < bound+10*time.Second {
+				t.Errorf("%s: TimeoutStopSec %v, want at least the shutdown bound %v + 10s", name, stop, bound)
+			}
+			if cfg.Gate.ID != uf.instance {
+				t.Errorf("%s: gate.id %q, want the instance name", name, cfg.Gate.ID)
+			}
+			// The example's two gates share a host: no listener twice.
+			for _, a := range []string{cfg.Gate.TCPAddr, cfg.Gate.WSAddr, cfg.Gate.PushAddr, cfg.Gate.AdminAddr} {
+				if other, ok := listener[portOf(t, a)]; ok {
+					t.Errorf("%s: port of %s also bound by %s", name, a, other)
+				}
+				listener[portOf(t, a)] = name
+			}
+		})
 	}
 	logic := parseUnit(t, filepath.Join(systemdDir(t), "spark-logic.service"), "")
 	for _, k := range []string{"Requires", "After"} {
