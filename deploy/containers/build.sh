@@ -29,8 +29,17 @@ done
 cp "$root/deploy/containers/im.yaml" "$ctx/im.yaml"
 revision="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 for p in $procs; do
-  podman build --quiet --pull=never -f "$root/deploy/containers/Containerfile.$p" \
+  image="localhost/spark-$p:$tag"
+  old="$(podman image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
+  # --layers=false: no cache and no intermediate images. buildah keys its
+  # cache on the instruction text, not the build args, so a cached LABEL
+  # would keep an older revision; and the build takes a second anyway.
+  podman build --quiet --layers=false --pull=never -f "$root/deploy/containers/Containerfile.$p" \
     --build-arg VERSION="$tag" --build-arg REVISION="$revision" \
-    -t "localhost/spark-$p:$tag" "$ctx" >/dev/null
-  echo "localhost/spark-$p:$tag"
+    -t "$image" "$ctx" >/dev/null
+  # The image this tag named before is left untagged by a rebuild: remove
+  # it, so repeated builds (every make deploy-check) do not pile up.
+  new="$(podman image inspect --format '{{.Id}}' "$image")"
+  if [ -n "$old" ] && [ "$old" != "$new" ]; then podman rmi "$old" >/dev/null 2>&1 || true; fi
+  echo "$image"
 done

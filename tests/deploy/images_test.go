@@ -65,6 +65,11 @@ type imageConfig struct {
 func TestContainerImages(t *testing.T) {
 	podman := buildImages(t)
 	wantPorts := imagePorts(t)
+	rev, err := exec.Command("git", "-C", root(t), "rev-parse", "--short", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git rev-parse: %v", err)
+	}
+	revision := strings.TrimSpace(string(rev))
 	for _, proc := range []string{"gate", "logic", "deliver", "migrate"} {
 		image := fmt.Sprintf("localhost/spark-%s:%s", proc, imageTag)
 		out, err := exec.Command(podman, "image", "inspect", image).Output()
@@ -97,6 +102,9 @@ func TestContainerImages(t *testing.T) {
 		}
 		if got := c.Labels["org.opencontainers.image.title"]; got != "spark-"+proc {
 			t.Errorf("%s: title label %q", image, got)
+		}
+		if got := c.Labels["org.opencontainers.image.revision"]; got != revision {
+			t.Errorf("%s: revision label %q, want the checkout's %q (a stale build cache?)", image, got, revision)
 		}
 		checkImageFiles(t, image, proc, mountImage(t, podman, image))
 	}
