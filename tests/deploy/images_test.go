@@ -18,8 +18,21 @@ import (
 	"github.com/sparkim/spark/tests/framework"
 )
 
-// imageTag is what the test builds; make images builds :dev.
-const imageTag = "test"
+// imageTag is what this test binary builds (make images builds :dev): its
+// own, so two runs on one machine never remove each other's images;
+// TestMain removes them at the end.
+var imageTag = fmt.Sprintf("test-%d", os.Getpid())
+
+// TestMain runs the tests and then removes the images buildImages built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if imagesBuilt {
+		for _, proc := range []string{"gate", "logic", "deliver", "migrate"} {
+			_ = exec.Command("podman", "rmi", "localhost/spark-"+proc+":"+imageTag).Run()
+		}
+	}
+	os.Exit(code)
+}
 
 // imagePorts are the ports each image must EXPOSE: the listeners of the
 // container config (deploy/containers/im.yaml), which keeps the default
@@ -111,8 +124,9 @@ func TestContainerImages(t *testing.T) {
 }
 
 var (
-	imagesOnce sync.Once
-	imagesErr  error
+	imagesOnce  sync.Once
+	imagesErr   error
+	imagesBuilt bool
 )
 
 // buildImages builds the images once per test binary with
@@ -132,6 +146,7 @@ func buildImages(t *testing.T) string {
 		defer os.RemoveAll(ctx)
 		build := exec.Command(filepath.Join(root(t), "deploy", "containers", "build.sh"), imageTag)
 		build.Env = append(os.Environ(), "SPARK_IMAGE_CONTEXT="+ctx)
+		imagesBuilt = true
 		if out, err := build.CombinedOutput(); err != nil {
 			imagesErr = fmt.Errorf("build.sh: %w\n%s", err, out)
 		}
