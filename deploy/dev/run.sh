@@ -58,7 +58,7 @@ Spark IM is running (config $cfg, logs in $logs/).
             WebSocket ws://127.0.0.1:8180/ws
   gate-2    client TCP 127.0.0.1:8101   push gRPC 127.0.0.1:8111   admin http://127.0.0.1:8121
             WebSocket ws://127.0.0.1:8181/ws
-  logic     gRPC 127.0.0.1:9000 (Gateway, Api, health, reflection)  admin http://127.0.0.1:9020
+  logic     gRPC 127.0.0.1:9000 (Gateway, Api, health, reflection)  HTTP/JSON Api http://127.0.0.1:9010 (/openapi.json)  admin http://127.0.0.1:9020
   deliver   admin http://127.0.0.1:9040
   MySQL     $IM_LOGIC_MYSQL_DSN
   Redis     $IM_LOGIC_REDIS_ADDR

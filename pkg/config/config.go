@@ -228,7 +228,10 @@ type MySQL struct {
 
 // Logic configures a logic process.
 type Logic struct {
-	GRPCAddr  string `mapstructure:"grpc_addr"`
+	GRPCAddr string `mapstructure:"grpc_addr"`
+	// HTTPAddr is the HTTP/JSON listener of the business API (the same
+	// calls as Api over gRPC, and /openapi.json).
+	HTTPAddr  string `mapstructure:"http_addr"`
 	AdminAddr string `mapstructure:"admin_addr"`
 	// MachineID is this process's MsgId machine id (0–1023), unique among
 	// running logic processes, or -1 to lease a free one from Redis.
@@ -401,6 +404,7 @@ func Default() *Config {
 		},
 		Logic: Logic{
 			GRPCAddr:  "127.0.0.1:9000",
+			HTTPAddr:  "127.0.0.1:9010",
 			AdminAddr: "127.0.0.1:9020",
 			MachineID: 1,
 			MySQL: MySQL{
@@ -654,6 +658,9 @@ func (l Logic) Validate() error {
 	}
 	if l.MaxFrameSize < 4<<10 {
 		errs = append(errs, errors.New("config: logic.max_frame_size must be at least 4096 bytes"))
+	}
+	if l.HTTPAddr == "" {
+		errs = append(errs, errors.New("config: logic.http_addr must be set (the HTTP/JSON business API listens there)"))
 	}
 	if l.GroupMaxMembers < 1 {
 		errs = append(errs, errors.New("config: logic.group_max_members must be at least 1"))

@@ -182,6 +182,7 @@ func TestValidateRefusesZeroes(t *testing.T) {
 		{"gate.drain_timeout", func(c *Config) { c.Gate.DrainTimeout = 0 }},
 		{"gate.sweep_interval", func(c *Config) { c.Gate.SweepInterval = 0 }},
 		{"gate.logic_addrs", func(c *Config) { c.Gate.LogicAddrs = nil }},
+		{"logic.http_addr", func(c *Config) { c.Logic.HTTPAddr = "" }},
 		{"logic.enqueue_retries", func(c *Config) { c.Logic.EnqueueRetries = 0 }},
 		{"logic.recall_window", func(c *Config) { c.Logic.RecallWindow = 0 }},
 		{"logic.commit_workers", func(c *Config) { c.Logic.CommitWorkers = 0 }},

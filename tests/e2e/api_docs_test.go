@@ -46,9 +46,9 @@ func installGrpcurl(t *testing.T) string {
 	return bin
 }
 
-// apiDocGrpcurlBlocks returns the bodies of docs/api.md's ```sh grpcurl
-// blocks, in order.
-func apiDocGrpcurlBlocks(t *testing.T) []string {
+// apiDocBlocks returns the bodies of docs/api.md's ```sh <tag> blocks
+// (grpcurl, curl), in order.
+func apiDocBlocks(t *testing.T, tag string) []string {
 	t.Helper()
 	_, file, _, _ := runtime.Caller(0)
 	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "docs", "api.md"))
@@ -60,7 +60,7 @@ func apiDocGrpcurlBlocks(t *testing.T) []string {
 	in := false
 	for _, line := range strings.Split(string(b), "\n") {
 		switch {
-		case !in && strings.TrimSpace(line) == "```sh grpcurl":
+		case !in && strings.TrimSpace(line) == "```sh "+tag:
 			in, cur = true, nil
 		case in && strings.TrimSpace(line) == "```":
 			in = false
@@ -70,7 +70,7 @@ func apiDocGrpcurlBlocks(t *testing.T) []string {
 		}
 	}
 	if in {
-		t.Fatal("docs/api.md: unterminated ```sh grpcurl block")
+		t.Fatalf("docs/api.md: unterminated ```sh %s block", tag)
 	}
 	return blocks
 }
@@ -81,7 +81,7 @@ func apiDocGrpcurlBlocks(t *testing.T) []string {
 // kept), each command exiting 0; and every RPC of logic.v1.Api appears.
 func TestAPIDocsGrpcurlExamples(t *testing.T) {
 	t.Parallel()
-	blocks := apiDocGrpcurlBlocks(t)
+	blocks := apiDocBlocks(t, "grpcurl")
 	if len(blocks) == 0 {
 		t.Fatal("docs/api.md has no ```sh grpcurl blocks")
 	}

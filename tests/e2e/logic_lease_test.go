@@ -75,7 +75,7 @@ func TestLogicWithALostMachineLeaseAnswers50301BeforeItExpiresAndASecondLogicTak
 	// A second logic with the same machine id gets it once it expired.
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(framework.FreePort(t)) }
 	second := framework.NewProcess(t, "logic-1b", c.Bins.Logic, []string{"-config", c.Config}, []string{
-		"IM_LOGIC_GRPC_ADDR=" + port(), "IM_LOGIC_ADMIN_ADDR=" + port(), "IM_LOGIC_MACHINE_ID=" + strconv.Itoa(first.MachineID),
+		"IM_LOGIC_GRPC_ADDR=" + port(), "IM_LOGIC_HTTP_ADDR=" + port(), "IM_LOGIC_ADMIN_ADDR=" + port(), "IM_LOGIC_MACHINE_ID=" + strconv.Itoa(first.MachineID),
 	})
 	t.Cleanup(func() { _ = second.Stop() })
 	if err := second.Start(ctx); err != nil {

@@ -66,8 +66,8 @@ type GateProc struct {
 // LogicProc is a logic process with its addresses.
 type LogicProc struct {
 	*Process
-	GRPCAddr, AdminAddr string
-	MachineID           int
+	GRPCAddr, HTTPAddr, AdminAddr string
+	MachineID                     int
 }
 
 // DeliverProc is a deliver process.
@@ -146,9 +146,9 @@ deliver:
 	port := func() string { return "127.0.0.1:" + strconv.Itoa(FreePort(t)) }
 	var logicAddrs []string
 	for i := 0; i < o.Logics; i++ {
-		l := &LogicProc{GRPCAddr: port(), AdminAddr: port(), MachineID: i + 1}
+		l := &LogicProc{GRPCAddr: port(), HTTPAddr: port(), AdminAddr: port(), MachineID: i + 1}
 		env := append(append([]string{
-			"IM_LOGIC_GRPC_ADDR=" + l.GRPCAddr, "IM_LOGIC_ADMIN_ADDR=" + l.AdminAddr,
+			"IM_LOGIC_GRPC_ADDR=" + l.GRPCAddr, "IM_LOGIC_HTTP_ADDR=" + l.HTTPAddr, "IM_LOGIC_ADMIN_ADDR=" + l.AdminAddr,
 			"IM_LOGIC_MACHINE_ID=" + strconv.Itoa(l.MachineID),
 		}, o.Env...), o.LogicEnv...)
 		l.Process = NewProcess(t, fmt.Sprintf("logic-%d", i+1), bins.Logic, []string{"-config", c.Config}, env)

@@ -174,7 +174,7 @@ logic:
 	c.LogicAddr, c.LogicAdmin, c.DeliverAdmin = port(), port(), port()
 	c.Logic = &Proc{Name: "logic", Bin: filepath.Join(o.Root, "bin/logic"), Args: []string{"-config", c.configPath},
 		LogPath: filepath.Join(o.Dir, "logic.log"),
-		Env:     append([]string{"IM_LOGIC_GRPC_ADDR=" + c.LogicAddr, "IM_LOGIC_ADMIN_ADDR=" + c.LogicAdmin, "IM_LOGIC_MACHINE_ID=" + strconv.Itoa(500+int(randByte())%400)}, common...)}
+		Env:     append([]string{"IM_LOGIC_GRPC_ADDR=" + c.LogicAddr, "IM_LOGIC_HTTP_ADDR=" + port(), "IM_LOGIC_ADMIN_ADDR=" + c.LogicAdmin, "IM_LOGIC_MACHINE_ID=" + strconv.Itoa(500+int(randByte())%400)}, common...)}
 	c.Deliver = &Proc{Name: "deliver", Bin: filepath.Join(o.Root, "bin/deliver"), Args: []string{"-config", c.configPath},
 		LogPath: filepath.Join(o.Dir, "deliver.log"),
 		Env:     append([]string{"IM_DELIVER_ID=bench-deliver-1", "IM_DELIVER_ADMIN_ADDR=" + c.DeliverAdmin, "IM_DELIVER_LOGIC_ADDRS=" + c.LogicAddr}, common...)}

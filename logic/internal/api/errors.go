@@ -5,7 +5,6 @@ import (
 
 	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sparkim/spark/pkg/errcode"
 )
@@ -38,7 +37,8 @@ func Code(c errcode.Code) codes.Code {
 }
 
 // statusOf turns a domain error into a gRPC status error: an
-// *errcode.Error keeps its client-facing message under the mapped code;
+// *errcode.Error keeps its client-facing message under the mapped code,
+// with the exact protocol code in an ErrorInfo detail (withCode);
 // anything else is INTERNAL with a generic message. Causes go to the log
 // only (never to the business caller), for INTERNAL and UNAVAILABLE.
 func (s *Server) statusOf(op string, err error) error {
@@ -48,19 +48,19 @@ func (s *Server) statusOf(op string, err error) error {
 	var e *errcode.Error
 	if !errors.As(err, &e) {
 		s.log.Error("api call failed", zap.String("rpc", op), zap.Error(err))
-		return status.Error(codes.Internal, errcode.Internal.Message())
+		return withCode(errcode.Internal, errcode.Internal.Message())
 	}
 	c := Code(e.Code)
 	if c == codes.Internal || c == codes.Unavailable {
 		s.log.Warn("api call failed", zap.String("rpc", op), zap.Error(err))
 	}
-	return status.Error(c, e.Msg)
+	return withCode(e.Code, e.Msg)
 }
 
 // invalid is the INVALID_ARGUMENT of an argument-shape check, naming the
 // request field as the domain services name theirs (errcode.Invalid).
 func invalid(field, why string) error {
-	return status.Error(Code(errcode.InvalidArgument), errcode.Invalid(field, why).Msg)
+	return withCode(errcode.InvalidArgument, errcode.Invalid(field, why).Msg)
 }
 
 // positive checks that an id field is set.

@@ -9,12 +9,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/reflection"
@@ -99,6 +101,11 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		return fmt.Errorf("grpc listen %s: %w", lc.GRPCAddr, err)
 	}
 	defer ln.Close()
+	hln, err := net.Listen("tcp", lc.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listen %s: %w", lc.HTTPAddr, err)
+	}
+	defer hln.Close()
 
 	// Dependencies, retried until reachable.
 	db, err := store.Open(lc.MySQL.DSN, lc.MySQL.MaxOpenConns, lc.MySQL.MaxIdleConns)
@@ -276,10 +283,28 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	defer stopWatch()
 	go rd.watch(watchCtx, 2*time.Second, probe)
 
-	serveErr := make(chan error, 1)
+	// The HTTP/JSON door calls the gRPC listener over loopback, so its
+	// calls pass every interceptor a gRPC call does (docs/decisions.md 86).
+	self, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()), rpclimit.DialOption())
+	if err != nil {
+		return fmt.Errorf("http/json door: dial own grpc listener: %w", err)
+	}
+	defer self.Close()
+	hh, err := api.NewHTTPHandler(ctx, self)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: hh, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
+
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- gs.Serve(ln) }()
-	log.Info("ready to serve", zap.String("grpc", ln.Addr().String()), zap.String("admin", adm.Addr()),
-		zap.Int("machine_id", machineID))
+	go func() {
+		if err := hs.Serve(hln); !errors.Is(err, http.ErrServerClosed) {
+			serveErr <- fmt.Errorf("http: %w", err)
+		}
+	}()
+	log.Info("ready to serve", zap.String("grpc", ln.Addr().String()), zap.String("http", hln.Addr().String()),
+		zap.String("admin", adm.Addr()), zap.Int("machine_id", machineID))
 
 	var runErr error
 	select {
@@ -289,7 +314,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		runErr = err
 		log.Error("msgid machine lease lost; stopping", zap.Error(err))
 	case err := <-serveErr:
-		runErr = fmt.Errorf("grpc serve: %w", err)
+		runErr = fmt.Errorf("serve: %w", err)
 	}
 
 	// Not ready, stop taking work, drain, stop.
@@ -298,6 +323,11 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	dctx, cancel := context.WithTimeout(context.Background(), drainTimeout)
 	defer cancel()
 	gw.Drain(dctx)
+	// HTTP calls in flight finish through the gRPC server, which stops
+	// after them.
+	if err := hs.Shutdown(dctx); err != nil {
+		_ = hs.Close()
+	}
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()
 	select {

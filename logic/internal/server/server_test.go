@@ -32,6 +32,7 @@ func testConfig(t *testing.T) *config.Config {
 	cfg.Logic.JWTSecret = "jwt"
 	cfg.Logic.GRPCAddr = "127.0.0.1:0"
 	cfg.Logic.AdminAddr = "127.0.0.1:0"
+	cfg.Logic.HTTPAddr = "127.0.0.1:0"
 	cfg.Logic.MySQL.DSN = dsn
 	cfg.Logic.Redis.Addr = rdb.Options().Addr
 	cfg.Logic.Redis.DB = rdb.Options().DB

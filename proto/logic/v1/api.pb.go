@@ -7,6 +7,7 @@
 package logicv1
 
 import (
+	_ "google.golang.org/genproto/googleapis/api/annotations"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -3107,7 +3108,7 @@ var File_logic_v1_api_proto protoreflect.FileDescriptor
 
 const file_logic_v1_api_proto_rawDesc = "" +
 	"\n" +
-	"\x12logic/v1/api.proto\x12\blogic.v1\"\xa7\x01\n" +
+	"\x12logic/v1/api.proto\x12\blogic.v1\x1a\x1cgoogle/api/annotations.proto\"\xa7\x01\n" +
 	"\x11UpsertUserRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1f\n" +
 	"\bnickname\x18\x02 \x01(\tH\x00R\bnickname\x88\x01\x01\x12\x1b\n" +
@@ -3344,46 +3345,47 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xd6\x10\n" +
-	"\x03Api\x129\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xe0\x1a\n" +
+	"\x03Api\x12Y\n" +
 	"\n" +
-	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\x123\n" +
-	"\aGetUser\x12\x18.logic.v1.GetUserRequest\x1a\x0e.logic.v1.User\x12G\n" +
-	"\vDisableUser\x12\x1c.logic.v1.DisableUserRequest\x1a\x1a.logic.v1.DisableUserReply\x129\n" +
+	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
+	"\aGetUser\x12\x18.logic.v1.GetUserRequest\x1a\x0e.logic.v1.User\"\x1b\x82\xd3\xe4\x93\x02\x15\x12\x13/v1/users/{user_id}\x12o\n" +
+	"\vDisableUser\x12\x1c.logic.v1.DisableUserRequest\x1a\x1a.logic.v1.DisableUserReply\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/users/{user_id}:disable\x12`\n" +
 	"\n" +
-	"EnableUser\x12\x1b.logic.v1.EnableUserRequest\x1a\x0e.logic.v1.User\x12D\n" +
+	"EnableUser\x12\x1b.logic.v1.EnableUserRequest\x1a\x0e.logic.v1.User\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/users/{user_id}:enable\x12k\n" +
 	"\n" +
-	"IssueToken\x12\x1b.logic.v1.IssueTokenRequest\x1a\x19.logic.v1.IssueTokenReply\x12J\n" +
-	"\fRevokeTokens\x12\x1d.logic.v1.RevokeTokensRequest\x1a\x1b.logic.v1.RevokeTokensReply\x128\n" +
-	"\tAddFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\x12F\n" +
-	"\rRequestFriend\x12\x1e.logic.v1.FriendRequestRequest\x1a\x15.logic.v1.ChangeReply\x12;\n" +
-	"\fAcceptFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\x12;\n" +
-	"\fRemoveFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\x12@\n" +
-	"\vListFriends\x12\x15.logic.v1.ListRequest\x1a\x1a.logic.v1.ListFriendsReply\x126\n" +
-	"\x05Block\x12\x16.logic.v1.BlockRequest\x1a\x15.logic.v1.ChangeReply\x128\n" +
-	"\aUnblock\x12\x16.logic.v1.BlockRequest\x1a\x15.logic.v1.ChangeReply\x12>\n" +
+	"IssueToken\x12\x1b.logic.v1.IssueTokenRequest\x1a\x19.logic.v1.IssueTokenReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/users/{user_id}/tokens\x12x\n" +
+	"\fRevokeTokens\x12\x1d.logic.v1.RevokeTokensRequest\x1a\x1b.logic.v1.RevokeTokensReply\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/users/{user_id}/tokens:revoke\x12`\n" +
+	"\tAddFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/users/{user_id}/friends\x12v\n" +
+	"\rRequestFriend\x12\x1e.logic.v1.FriendRequestRequest\x1a\x15.logic.v1.ChangeReply\".\x82\xd3\xe4\x93\x02(:\x01*\"#/v1/users/{user_id}/friend-requests\x12~\n" +
+	"\fAcceptFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\"A\x82\xd3\xe4\x93\x02;:\x01*\"6/v1/users/{user_id}/friend-requests/{friend_id}:accept\x12l\n" +
+	"\fRemoveFriend\x12\x14.logic.v1.FriendPair\x1a\x15.logic.v1.ChangeReply\"/\x82\xd3\xe4\x93\x02)*'/v1/users/{user_id}/friends/{friend_id}\x12e\n" +
+	"\vListFriends\x12\x15.logic.v1.ListRequest\x1a\x1a.logic.v1.ListFriendsReply\"#\x82\xd3\xe4\x93\x02\x1d\x12\x1b/v1/users/{user_id}/friends\x12]\n" +
+	"\x05Block\x12\x16.logic.v1.BlockRequest\x1a\x15.logic.v1.ChangeReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/users/{user_id}/blocks\x12h\n" +
+	"\aUnblock\x12\x16.logic.v1.BlockRequest\x1a\x15.logic.v1.ChangeReply\".\x82\xd3\xe4\x93\x02(*&/v1/users/{user_id}/blocks/{target_id}\x12b\n" +
 	"\n" +
-	"ListBlocks\x12\x15.logic.v1.ListRequest\x1a\x19.logic.v1.ListBlocksReply\x12A\n" +
-	"\vCreateGroup\x12\x1c.logic.v1.CreateGroupRequest\x1a\x14.logic.v1.GroupReply\x12L\n" +
-	"\x0fAddGroupMembers\x12#.logic.v1.ChangeGroupMembersRequest\x1a\x14.logic.v1.GroupReply\x12O\n" +
-	"\x12RemoveGroupMembers\x12#.logic.v1.ChangeGroupMembersRequest\x1a\x14.logic.v1.GroupReply\x12?\n" +
+	"ListBlocks\x12\x15.logic.v1.ListRequest\x1a\x19.logic.v1.ListBlocksReply\"\"\x82\xd3\xe4\x93\x02\x1c\x12\x1a/v1/users/{user_id}/blocks\x12X\n" +
+	"\vCreateGroup\x12\x1c.logic.v1.CreateGroupRequest\x1a\x14.logic.v1.GroupReply\"\x15\x82\xd3\xe4\x93\x02\x0f:\x01*\"\n" +
+	"/v1/groups\x12v\n" +
+	"\x0fAddGroupMembers\x12#.logic.v1.ChangeGroupMembersRequest\x1a\x14.logic.v1.GroupReply\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/groups/{group_id}/members\x12\x80\x01\n" +
+	"\x12RemoveGroupMembers\x12#.logic.v1.ChangeGroupMembersRequest\x1a\x14.logic.v1.GroupReply\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/groups/{group_id}/members:remove\x12y\n" +
 	"\n" +
-	"LeaveGroup\x12\x1b.logic.v1.LeaveGroupRequest\x1a\x14.logic.v1.GroupReply\x12C\n" +
-	"\fSetGroupRole\x12\x1d.logic.v1.SetGroupRoleRequest\x1a\x14.logic.v1.GroupReply\x12=\n" +
-	"\tMuteGroup\x12\x1a.logic.v1.MuteGroupRequest\x1a\x14.logic.v1.GroupReply\x12I\n" +
-	"\x0fMuteGroupMember\x12 .logic.v1.MuteGroupMemberRequest\x1a\x14.logic.v1.GroupReply\x12E\n" +
-	"\rTransferGroup\x12\x1e.logic.v1.TransferGroupRequest\x1a\x14.logic.v1.GroupReply\x129\n" +
-	"\rDissolveGroup\x12\x12.logic.v1.GroupRef\x1a\x14.logic.v1.GroupReply\x12A\n" +
-	"\vUpdateGroup\x12\x1c.logic.v1.UpdateGroupRequest\x1a\x14.logic.v1.GroupReply\x12/\n" +
-	"\bGetGroup\x12\x12.logic.v1.GroupRef\x1a\x0f.logic.v1.Group\x12V\n" +
-	"\x10ListGroupMembers\x12!.logic.v1.ListGroupMembersRequest\x1a\x1f.logic.v1.ListGroupMembersReply\x12G\n" +
-	"\vSendMessage\x12\x1c.logic.v1.SendMessageRequest\x1a\x1a.logic.v1.SendMessageReply\x12D\n" +
+	"LeaveGroup\x12\x1b.logic.v1.LeaveGroupRequest\x1a\x14.logic.v1.GroupReply\"8\x82\xd3\xe4\x93\x022:\x01*\"-/v1/groups/{group_id}/members/{user_id}:leave\x12|\n" +
+	"\fSetGroupRole\x12\x1d.logic.v1.SetGroupRoleRequest\x1a\x14.logic.v1.GroupReply\"7\x82\xd3\xe4\x93\x021:\x01*\x1a,/v1/groups/{group_id}/members/{user_id}/role\x12d\n" +
+	"\tMuteGroup\x12\x1a.logic.v1.MuteGroupRequest\x1a\x14.logic.v1.GroupReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/groups/{group_id}:mute\x12\x82\x01\n" +
+	"\x0fMuteGroupMember\x12 .logic.v1.MuteGroupMemberRequest\x1a\x14.logic.v1.GroupReply\"7\x82\xd3\xe4\x93\x021:\x01*\",/v1/groups/{group_id}/members/{user_id}:mute\x12p\n" +
+	"\rTransferGroup\x12\x1e.logic.v1.TransferGroupRequest\x1a\x14.logic.v1.GroupReply\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/groups/{group_id}:transfer\x12d\n" +
+	"\rDissolveGroup\x12\x12.logic.v1.GroupRef\x1a\x14.logic.v1.GroupReply\")\x82\xd3\xe4\x93\x02#:\x01*\"\x1e/v1/groups/{group_id}:dissolve\x12c\n" +
+	"\vUpdateGroup\x12\x1c.logic.v1.UpdateGroupRequest\x1a\x14.logic.v1.GroupReply\" \x82\xd3\xe4\x93\x02\x1a:\x01*2\x15/v1/groups/{group_id}\x12N\n" +
+	"\bGetGroup\x12\x12.logic.v1.GroupRef\x1a\x0f.logic.v1.Group\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/groups/{group_id}\x12}\n" +
+	"\x10ListGroupMembers\x12!.logic.v1.ListGroupMembersRequest\x1a\x1f.logic.v1.ListGroupMembersReply\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/groups/{group_id}/members\x12`\n" +
+	"\vSendMessage\x12\x1c.logic.v1.SendMessageRequest\x1a\x1a.logic.v1.SendMessageReply\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/messages\x12\x8a\x01\n" +
 	"\n" +
-	"GetHistory\x12\x1b.logic.v1.GetHistoryRequest\x1a\x19.logic.v1.GetHistoryReply\x12@\n" +
-	"\vPushToUsers\x12\x1c.logic.v1.PushToUsersRequest\x1a\x13.logic.v1.PushReply\x12<\n" +
-	"\tBroadcast\x12\x1a.logic.v1.BroadcastRequest\x1a\x13.logic.v1.PushReply\x12G\n" +
-	"\vGetPresence\x12\x1c.logic.v1.GetPresenceRequest\x1a\x1a.logic.v1.GetPresenceReply\x12A\n" +
-	"\tListGates\x12\x1a.logic.v1.ListGatesRequest\x1a\x18.logic.v1.ListGatesReplyB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
+	"GetHistory\x12\x1b.logic.v1.GetHistoryRequest\x1a\x19.logic.v1.GetHistoryReply\"D\x82\xd3\xe4\x93\x02>\x12</v1/users/{user_id}/conversations/{conversation_id}/messages\x12U\n" +
+	"\vPushToUsers\x12\x1c.logic.v1.PushToUsersRequest\x1a\x13.logic.v1.PushReply\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/push\x12V\n" +
+	"\tBroadcast\x12\x1a.logic.v1.BroadcastRequest\x1a\x13.logic.v1.PushReply\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/broadcast\x12]\n" +
+	"\vGetPresence\x12\x1c.logic.v1.GetPresenceRequest\x1a\x1a.logic.v1.GetPresenceReply\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/presence\x12T\n" +
+	"\tListGates\x12\x1a.logic.v1.ListGatesRequest\x1a\x18.logic.v1.ListGatesReply\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/gatesB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
 
 var (
 	file_logic_v1_api_proto_rawDescOnce sync.Once

@@ -62,7 +62,10 @@ const (
 // them as strings, as grpcurl does); errors are standard gRPC status codes
 // (INVALID_ARGUMENT names the field, docs/decisions.md has the mapping).
 // Every call is a thin adapter over the domain service the client protocol
-// uses too, so the rules are the same on both doors.
+// uses too, so the rules are the same on both doors. The google.api.http
+// options give each call its HTTP/JSON route, served by logic on
+// logic.http_addr through the same gRPC server (docs/api.md, "HTTP/JSON";
+// openapi.json beside this file is generated from them).
 type ApiClient interface {
 	// UpsertUser creates a user or updates the fields that are set.
 	UpsertUser(ctx context.Context, in *UpsertUserRequest, opts ...grpc.CallOption) (*User, error)
@@ -475,7 +478,10 @@ func (c *apiClient) ListGates(ctx context.Context, in *ListGatesRequest, opts ..
 // them as strings, as grpcurl does); errors are standard gRPC status codes
 // (INVALID_ARGUMENT names the field, docs/decisions.md has the mapping).
 // Every call is a thin adapter over the domain service the client protocol
-// uses too, so the rules are the same on both doors.
+// uses too, so the rules are the same on both doors. The google.api.http
+// options give each call its HTTP/JSON route, served by logic on
+// logic.http_addr through the same gRPC server (docs/api.md, "HTTP/JSON";
+// openapi.json beside this file is generated from them).
 type ApiServer interface {
 	// UpsertUser creates a user or updates the fields that are set.
 	UpsertUser(context.Context, *UpsertUserRequest) (*User, error)
