@@ -53,7 +53,7 @@ func imagePorts(t testing.TB) map[string][]string {
 	}
 	return map[string][]string{
 		"gate":    ports(cfg.Gate.TCPAddr, cfg.Gate.WSAddr, cfg.Gate.TLSAddr, cfg.Gate.PushAddr, cfg.Gate.AdminAddr),
-		"logic":   ports(cfg.Logic.GRPCAddr, cfg.Logic.AdminAddr),
+		"logic":   ports(cfg.Logic.GRPCAddr, cfg.Logic.HTTPAddr, cfg.Logic.AdminAddr),
 		"deliver": ports(cfg.Deliver.AdminAddr),
 		"migrate": nil,
 	}

@@ -43,7 +43,7 @@ func smokeCluster(t *testing.T, procs []smokeProc) {
 	framework.DropDatabaseOnCleanup(t, dsn, dbName)
 
 	port := func() string { return fmt.Sprintf("127.0.0.1:%d", framework.FreePort(t)) }
-	logicGRPC, logicAdmin, deliverAdmin := port(), port(), port()
+	logicGRPC, logicHTTP, logicAdmin, deliverAdmin := port(), port(), port(), port()
 	admins := []string{logicAdmin, deliverAdmin}
 	gateTCP := map[string]string{}
 	var gateIDs []string
@@ -57,7 +57,7 @@ func smokeCluster(t *testing.T, procs []smokeProc) {
 			overrides = []string{"IM_LOGIC_MYSQL_DSN=" + dsn}
 		case "logic":
 			overrides = []string{"IM_LOGIC_MYSQL_DSN=" + dsn, "IM_LOGIC_REDIS_ADDR=" + redis.Addr,
-				"IM_LOGIC_GRPC_ADDR=" + logicGRPC, "IM_LOGIC_ADMIN_ADDR=" + logicAdmin}
+				"IM_LOGIC_GRPC_ADDR=" + logicGRPC, "IM_LOGIC_HTTP_ADDR=" + logicHTTP, "IM_LOGIC_ADMIN_ADDR=" + logicAdmin}
 			jwtSecret = envValue(p.env, "IM_LOGIC_JWT_SECRET")
 		case "deliver":
 			overrides = []string{"IM_DELIVER_REDIS_ADDR=" + redis.Addr, "IM_DELIVER_ADMIN_ADDR=" + deliverAdmin,
