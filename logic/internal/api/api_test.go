@@ -90,33 +90,6 @@ func (g *fakeGate) Stats(context.Context, *gatev1.StatsRequest) (*gatev1.StatsRe
 	return &gatev1.StatsReply{GateId: g.id, Connections: 5, Authenticated: 4}, nil
 }
 
-// recorder is a Notifier that records the changes it was told about.
-type recorder struct {
-	mu        sync.Mutex
-	groups    []group.Change
-	relations []relation.Change
-}
-
-func (r *recorder) GroupChanged(_ context.Context, ch group.Change) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.groups = append(r.groups, ch)
-	return nil
-}
-
-func (r *recorder) RelationChanged(_ context.Context, ch relation.Change) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.relations = append(r.relations, ch)
-	return nil
-}
-
-func (r *recorder) counts() (int, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.groups), len(r.relations)
-}
-
 // env is the API over real services on MariaDB and Redis, with one fake
 // gate registered.
 type env struct {
@@ -125,7 +98,7 @@ type env struct {
 	st     *store.Store
 	rdb    *redis.Client
 	gate   *fakeGate
-	notes  *recorder
+	notes  *testenv.Notes
 	online *online.Service
 	auth   *auth.Service
 	key    context.Context // a context carrying a valid API key
@@ -184,7 +157,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(sendSvc.Close)
 	inboxSvc := inbox.New(st, rdb, mailbox.New(st, gen), nil)
 	onl := online.New(rdb, reg, clients, 3*time.Second, nil)
-	notes := &recorder{}
+	notes := &testenv.Notes{}
 	srv := api.New(api.Services{
 		Store: st, Users: user.New(st, onl), Relations: relSvc, Groups: groupSvc,
 		Messages: sendSvc, Inbox: inboxSvc, Online: onl,
@@ -209,6 +182,19 @@ func newEnv(t *testing.T) *env {
 		auth: auth.New(st, rdb, []byte(secret), nil, nil),
 		key:  metadata.AppendToOutgoingContext(ctx, api.MetadataKey, "key-1"),
 	}
+}
+
+// users registers n random users through the API and returns their ids.
+func (e *env) users(t *testing.T, n int) []int64 {
+	t.Helper()
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = testenv.RandomUserID()
+		if _, err := e.api.UpsertUser(e.key, &logicv1.UpsertUserRequest{UserId: ids[i]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
 }
 
 // online puts a route for (uid, device) on the fake gate.
@@ -565,12 +551,8 @@ func TestRevokeTokens(t *testing.T) {
 func TestRelations(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.key
-	a, b, c := testenv.RandomUserID(), testenv.RandomUserID(), testenv.RandomUserID()
-	for _, u := range []int64{a, b, c} {
-		if _, err := e.api.UpsertUser(ctx, &logicv1.UpsertUserRequest{UserId: u}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	u := e.users(t, 3)
+	a, b, c := u[0], u[1], u[2]
 	steps := []struct {
 		name    string
 		call    func() (*logicv1.ChangeReply, error)
@@ -618,7 +600,7 @@ func TestRelations(t *testing.T) {
 		if s.changed {
 			wantNotes++
 		}
-		if _, n := e.notes.counts(); n != wantNotes {
+		if _, n := e.notes.Counts(); n != wantNotes {
 			t.Fatalf("%s: %d relation notifications, want %d (only changes notify)", s.name, n, wantNotes)
 		}
 	}
@@ -641,12 +623,8 @@ func TestRelations(t *testing.T) {
 func TestGroups(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.key
-	owner, m1, m2, m3, outsider := testenv.RandomUserID(), testenv.RandomUserID(), testenv.RandomUserID(), testenv.RandomUserID(), testenv.RandomUserID()
-	for _, u := range []int64{owner, m1, m2, m3, outsider} {
-		if _, err := e.api.UpsertUser(ctx, &logicv1.UpsertUserRequest{UserId: u}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	u := e.users(t, 5)
+	owner, m1, m2, m3, outsider := u[0], u[1], u[2], u[3], u[4]
 	created, err := e.api.CreateGroup(ctx, &logicv1.CreateGroupRequest{OwnerId: owner, MemberIds: []int64{m1, m2}, Name: "team"})
 	if err != nil {
 		t.Fatal(err)
@@ -715,7 +693,7 @@ func TestGroups(t *testing.T) {
 		r, err := s.call()
 		wantCode(t, err, s.code, "")
 		if err != nil {
-			if n, _ := e.notes.counts(); n != wantNotes {
+			if n, _ := e.notes.Counts(); n != wantNotes {
 				t.Fatalf("%s: %d group notifications, want %d", s.name, n, wantNotes)
 			}
 			continue
@@ -726,7 +704,7 @@ func TestGroups(t *testing.T) {
 		if r.Changed {
 			wantNotes++
 		}
-		if n, _ := e.notes.counts(); n != wantNotes {
+		if n, _ := e.notes.Counts(); n != wantNotes {
 			t.Fatalf("%s: %d group notifications, want %d (only changes notify)", s.name, n, wantNotes)
 		}
 	}
@@ -764,12 +742,8 @@ func TestGroups(t *testing.T) {
 func TestSendMessageAndHistory(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.key
-	a, b := testenv.RandomUserID(), testenv.RandomUserID()
-	for _, u := range []int64{a, b} {
-		if _, err := e.api.UpsertUser(ctx, &logicv1.UpsertUserRequest{UserId: u}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	u := e.users(t, 2)
+	a, b := u[0], u[1]
 	txt := func(s string) string { return `{"t":1,"text":"` + s + `"}` }
 	sent, err := e.api.SendMessage(ctx, &logicv1.SendMessageRequest{SenderId: a, ToUserId: b, ClientMsgId: "m1", MessageType: 1, Content: txt("hello")})
 	if err != nil {
@@ -918,12 +892,8 @@ func TestOnline(t *testing.T) {
 func TestGetHistoryPageIsNotBoundByTheClientFrame(t *testing.T) {
 	e := newEnv(t)
 	ctx := e.key
-	a, b := testenv.RandomUserID(), testenv.RandomUserID()
-	for _, u := range []int64{a, b} {
-		if _, err := e.api.UpsertUser(ctx, &logicv1.UpsertUserRequest{UserId: u}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	u := e.users(t, 2)
+	a, b := u[0], u[1]
 	content := `{"t":1,"text":"` + strings.Repeat("x", 40<<10) + `"}`
 	const n = 3
 	var cid int64

@@ -3,7 +3,6 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,37 +34,7 @@ type env struct {
 	reg     *gatepush.Registry
 	handler *gateway.Handler
 	// notes records what the handler told its notifier.
-	notes *recorder
-}
-
-// recorder is a notify.Notifier that records the changes it was told
-// about, so tests see that RELATION and GROUP notify exactly after the
-// changes that Changed something.
-type recorder struct {
-	mu        sync.Mutex
-	groups    []group.Change
-	relations []relation.Change
-}
-
-func (r *recorder) GroupChanged(_ context.Context, ch group.Change) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.groups = append(r.groups, ch)
-	return nil
-}
-
-func (r *recorder) RelationChanged(_ context.Context, ch relation.Change) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.relations = append(r.relations, ch)
-	return nil
-}
-
-// counts returns how many group and relation changes were notified.
-func (r *recorder) counts() (int, int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.groups), len(r.relations)
+	notes *testenv.Notes
 }
 
 func newEnv(t *testing.T, machine int) *env {
@@ -99,7 +68,7 @@ func newEnv(t *testing.T, machine int) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	notes := &recorder{}
+	notes := &testenv.Notes{}
 	return &env{st: st, rdb: rdb, reg: reg, notes: notes, handler: &gateway.Handler{
 		Auth: a, Messages: send, Inbox: in, MaxFrameSize: defaults.Logic.MaxFrameSize, IDs: gen,
 		Relations: rel, Groups: groups, Notifier: notes, Timeout: defaults.Logic.RequestTimeout,

@@ -39,7 +39,7 @@ func run(t *testing.T, e *env, cmd uint16, steps []step) {
 		if s.want == "" {
 			s.want = errcode.OK
 		}
-		gBefore, rBefore := e.notes.counts()
+		gBefore, rBefore := e.notes.Counts()
 		resp := e.handler.Handle(ctx, "gate-social", &logicv1.Request{ConnId: 1, Command: uint32(cmd),
 			Session: &logicv1.Session{UserId: s.user, DeviceId: "d"}, Body: []byte(s.body)})
 		r := decode(t, resp.Body)
@@ -52,7 +52,7 @@ func run(t *testing.T, e *env, cmd uint16, steps []step) {
 		if s.want != errcode.OK && string(r.Data) != "{}" {
 			t.Fatalf("%s: a refusal with data %s", s.name, r.Data)
 		}
-		gAfter, rAfter := e.notes.counts()
+		gAfter, rAfter := e.notes.Counts()
 		notified := rAfter - rBefore
 		if cmd == protocol.CmdGroup {
 			notified = gAfter - gBefore
@@ -216,7 +216,7 @@ func TestGroupCommand(t *testing.T) {
 	if !strings.Contains(string(r.Data), "team <&>") {
 		t.Fatalf("HTML-escaped answer %s", r.Data)
 	}
-	if n, _ := e.notes.counts(); n != 1 {
+	if n, _ := e.notes.Counts(); n != 1 {
 		t.Fatalf("create notified %d times", n)
 	}
 	gid := g.GroupID.Int64()

@@ -56,26 +56,22 @@ func newEnv(t testing.TB) *env {
 func testConfig(over message.Config) message.Config {
 	c := message.ConfigFrom(config.Default())
 	c.Partitions = partitions
-	if over.MsgIDWindow != 0 {
-		c.MsgIDWindow = over.MsgIDWindow
-	}
-	if over.EnqueueRetries != 0 {
-		c.EnqueueRetries = over.EnqueueRetries
-	}
-	if over.RecallWindow != 0 {
-		c.RecallWindow = over.RecallWindow
-	}
-	if over.CommitWorkers != 0 {
-		c.CommitWorkers = over.CommitWorkers
-	}
-	if over.CommitBatch != 0 {
-		c.CommitBatch = over.CommitBatch
-	}
-	if over.MaxFrameSize != 0 {
-		c.MaxFrameSize = over.MaxFrameSize
-	}
+	keepOrSet(&c.MsgIDWindow, over.MsgIDWindow)
+	keepOrSet(&c.EnqueueRetries, over.EnqueueRetries)
+	keepOrSet(&c.RecallWindow, over.RecallWindow)
+	keepOrSet(&c.CommitWorkers, over.CommitWorkers)
+	keepOrSet(&c.CommitBatch, over.CommitBatch)
+	keepOrSet(&c.MaxFrameSize, over.MaxFrameSize)
 	c.Conversations = over.Conversations
 	return c
+}
+
+// keepOrSet sets *dst to v unless v is zero, which keeps the default.
+func keepOrSet[T comparable](dst *T, v T) {
+	var zero T
+	if v != zero {
+		*dst = v
+	}
 }
 
 func (e *env) service(t *testing.T, machine int, cfg message.Config) (*message.Service, *msgid.Generator) {
