@@ -14,13 +14,16 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 )
 
-func proxyGate(t *testing.T, trusted ...string) (*fakeLogic, *Server) {
+// headerTimeout is the gate's proxy_header_timeout: short where a test
+// waits for it to close a slow header, long where a header sent one byte a
+// millisecond must arrive whole even on a loaded machine.
+func proxyGate(t *testing.T, headerTimeout time.Duration, trusted ...string) (*fakeLogic, *Server) {
 	t.Helper()
 	fl, addr := startLogic(t)
 	cfg := testGateConfig(addr)
 	cfg.ProxyProtocol = true
 	cfg.ProxyTrustedCIDRs = trusted
-	cfg.ProxyHeaderTimeout = 300 * time.Millisecond
+	cfg.ProxyHeaderTimeout = headerTimeout
 	return fl, startGate(t, cfg)
 }
 
@@ -49,7 +52,7 @@ func proxyV2(cmd byte, src string) []byte {
 // The client's address as the PROXY header names it is what logic gets as
 // real_ip; LOCAL and UNKNOWN keep the socket's.
 func TestProxyHeaderSetsRealIP(t *testing.T) {
-	fl, s := proxyGate(t, "127.0.0.0/8")
+	fl, s := proxyGate(t, 10*time.Second, "127.0.0.0/8")
 	cases := []struct {
 		name   string
 		header []byte
@@ -104,8 +107,8 @@ func TestProxyHeaderSetsRealIP(t *testing.T) {
 // From an untrusted source, with a malformed, truncated or slow header, the
 // connection closes and no session ever starts.
 func TestProxyStageCloses(t *testing.T) {
-	_, s := proxyGate(t, "127.0.0.1/32")
 	timeout := 300 * time.Millisecond
+	_, s := proxyGate(t, timeout, "127.0.0.1/32")
 	cases := []struct {
 		name string
 		// from is the client's local address; untrusted peers use
