@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
-CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli
+CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli client/cmd/imctl
 
 .PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images
 

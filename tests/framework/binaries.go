@@ -11,8 +11,8 @@ import (
 
 // Binaries names the built executables.
 type Binaries struct {
-	Dir                                  string
-	Gate, Logic, Migrate, Deliver, IMCli string
+	Dir                                         string
+	Gate, Logic, Migrate, Deliver, IMCli, IMCtl string
 }
 
 var (
@@ -38,7 +38,7 @@ func Build() (Binaries, error) {
 				return
 			}
 			cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", dir+"/",
-				"./gate/cmd/gate", "./logic/cmd/logic", "./logic/cmd/migrate", "./deliver/cmd/deliver", "./client/cmd/imcli")
+				"./gate/cmd/gate", "./logic/cmd/logic", "./logic/cmd/migrate", "./deliver/cmd/deliver", "./client/cmd/imcli", "./client/cmd/imctl")
 			cmd.Dir = root
 			if out, err := cmd.CombinedOutput(); err != nil {
 				buildErr = fmt.Errorf("build binaries: %v\n%s", err, out)
@@ -48,7 +48,7 @@ func Build() (Binaries, error) {
 		built = Binaries{Dir: dir,
 			Gate: filepath.Join(dir, "gate"), Logic: filepath.Join(dir, "logic"),
 			Migrate: filepath.Join(dir, "migrate"), Deliver: filepath.Join(dir, "deliver"),
-			IMCli: filepath.Join(dir, "imcli")}
+			IMCli: filepath.Join(dir, "imcli"), IMCtl: filepath.Join(dir, "imctl")}
 		for _, b := range []string{built.Gate, built.Logic, built.Migrate, built.Deliver} {
 			if _, err := os.Stat(b); err != nil {
 				buildErr = fmt.Errorf("missing binary: %w", err)

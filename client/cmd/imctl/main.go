@@ -1,0 +1,515 @@
+// Command imctl is the operator's CLI. It reads the cluster through the
+// business API (logic.v1.Api on logic.grpc_addr, with an x-api-key) and
+// the processes' admin HTTP ports, and kicks through the gates' Push
+// service (the business API has no kick of its own; the gate checks the
+// cluster secret). Output is a table, or JSON with -o json (the field
+// names are stable: scripts may rely on them).
+//
+//	imctl [-config im.yaml] [-api 127.0.0.1:9000] [-api-key KEY] [-o json] <command>
+//
+//	gates                          live gates: addresses, connection counts, start time
+//	where <user>                   the user's online devices: gate, device, connection, since
+//	kick <user> [device]           KICK the user's connections (or one device's) and close them
+//	token issue <user> [-device D] [-ttl 24h]   mint a client token
+//	token revoke <user>            revoke every token of the user so far (kicks them too)
+//	send-system <to> <text>        a text message from the system account to a user
+//	queue-lag [-deliver-admin a,b] deliver's queue per partition: length, pending, oldest age
+//
+// Defaults come from the config file (and its IM_* environment
+// overrides, as for every process): -api from logic.grpc_addr, -api-key
+// from the first of logic.api_keys, the cluster secret from
+// cluster.secret, -deliver-admin from deliver.admin_addr.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/sparkim/spark/pkg/clusterauth"
+	"github.com/sparkim/spark/pkg/config"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
+)
+
+// callTimeout bounds one command: an operator at a terminal wants an
+// answer or an error, not a hang on an unreachable address.
+const callTimeout = 15 * time.Second
+
+const usage = `usage: imctl [flags] <command> [args]
+
+commands:
+  gates                          live gates with connection counts
+  where <user>                   where the user is online (gate, device, since)
+  kick <user> [device] [-reason R]  kick the user's connections, or one device's
+  token issue <user> [-device D] [-ttl 24h]  mint a client token
+  token revoke <user>            revoke the user's tokens (kicks them)
+  send-system <to_user> <text>   send a text as the system account
+  queue-lag [-deliver-admin a,b] deliver queue length, pending and oldest age per partition
+
+flags:
+`
+
+type globals struct {
+	config, api, apiKey, output string
+}
+
+func main() {
+	var g globals
+	fs := flag.NewFlagSet("imctl", flag.ExitOnError)
+	fs.StringVar(&g.config, "config", "", "config file: defaults for -api, -api-key, the cluster secret and deliver's admin address")
+	fs.StringVar(&g.api, "api", "", "logic gRPC address (default logic.grpc_addr of the config)")
+	fs.StringVar(&g.apiKey, "api-key", "", "business API key (default the first of logic.api_keys)")
+	fs.StringVar(&g.output, "o", "table", "output: table or json")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usage)
+		fs.PrintDefaults()
+	}
+	_ = fs.Parse(os.Args[1:])
+	if fs.NArg() == 0 {
+		fs.Usage()
+		os.Exit(2)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	if err := run(ctx, g, fs.Args(), os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "imctl:", err)
+		var ue usageError
+		if errors.As(err, &ue) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+// usageError is a command line that names no valid command or lacks an
+// argument (exit status 2, like flag's).
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+// ctl holds what every command needs.
+type ctl struct {
+	g   globals
+	cfg *config.Config
+	out io.Writer
+}
+
+func run(ctx context.Context, g globals, args []string, out io.Writer) error {
+	if g.output != "table" && g.output != "json" {
+		return usageError(fmt.Sprintf("-o %q: want table or json", g.output))
+	}
+	cfg, err := config.Load(g.config)
+	if err != nil {
+		return fmt.Errorf("load config: %w", err)
+	}
+	if g.api == "" {
+		g.api = cfg.Logic.GRPCAddr
+	}
+	if g.apiKey == "" && len(cfg.Logic.APIKeys) > 0 {
+		g.apiKey = cfg.Logic.APIKeys[0]
+	}
+	c := &ctl{g: g, cfg: cfg, out: out}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "gates":
+		return c.gates(ctx, rest)
+	case "where":
+		return c.where(ctx, rest)
+	case "kick":
+		return c.kick(ctx, rest)
+	case "token":
+		if len(rest) == 0 {
+			return usageError("token: want issue or revoke")
+		}
+		switch rest[0] {
+		case "issue":
+			return c.tokenIssue(ctx, rest[1:])
+		case "revoke":
+			return c.tokenRevoke(ctx, rest[1:])
+		}
+		return usageError(fmt.Sprintf("token %s: want issue or revoke", rest[0]))
+	case "send-system":
+		return c.sendSystem(ctx, rest)
+	case "queue-lag":
+		return c.queueLag(ctx, rest)
+	}
+	return usageError(fmt.Sprintf("unknown command %q (imctl -h lists them)", cmd))
+}
+
+// parseInterspersed parses fs from args that may mix flags and
+// positional arguments ("token issue 7 -ttl 1h"), returning the
+// positional ones in order.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, usageError(err.Error())
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func subFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	return fs
+}
+
+func userArg(name, s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, usageError(fmt.Sprintf("%s: %q is not a user id", name, s))
+	}
+	return id, nil
+}
+
+// api dials the business API; the caller closes the connection.
+func (c *ctl) api() (logicv1.ApiClient, func(), error) {
+	if c.g.api == "" {
+		return nil, nil, errors.New("no API address (-api or logic.grpc_addr)")
+	}
+	cc, err := grpc.NewClient(c.g.api, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial api %s: %w", c.g.api, err)
+	}
+	return logicv1.NewApiClient(cc), func() { _ = cc.Close() }, nil
+}
+
+func (c *ctl) keyed(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "x-api-key", c.g.apiKey)
+}
+
+// emit writes v as indented JSON, or the table rows under header.
+func (c *ctl) emit(v any, header []string, rows [][]string) error {
+	if c.g.output == "json" {
+		enc := json.NewEncoder(c.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(header, "\t"))
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	return tw.Flush()
+}
+
+func msTime(ms int64) string {
+	if ms == 0 {
+		return "-"
+	}
+	return time.UnixMilli(ms).UTC().Format(time.RFC3339)
+}
+
+// Gate is one row of "gates".
+type Gate struct {
+	GateID        string   `json:"gate_id"`
+	ClientAddrs   []string `json:"client_addrs"`
+	PushAddr      string   `json:"push_addr"`
+	StartedAtMs   int64    `json:"started_at_ms"`
+	Connections   uint64   `json:"connections"`
+	Authenticated uint64   `json:"authenticated"`
+	Error         string   `json:"error,omitempty"`
+}
+
+func (c *ctl) listGates(ctx context.Context, api logicv1.ApiClient) ([]Gate, error) {
+	r, err := api.ListGates(c.keyed(ctx), &logicv1.ListGatesRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("ListGates: %w", err)
+	}
+	gates := make([]Gate, 0, len(r.GetGates()))
+	for _, g := range r.GetGates() {
+		gates = append(gates, Gate{GateID: g.GetGateId(), ClientAddrs: g.GetClientAddrs(), PushAddr: g.GetPushAddr(),
+			StartedAtMs: g.GetStartedAtMs(), Connections: g.GetConnections(), Authenticated: g.GetAuthenticated(), Error: g.GetError()})
+	}
+	return gates, nil
+}
+
+func (c *ctl) gates(ctx context.Context, args []string) error {
+	if len(args) != 0 {
+		return usageError("gates takes no arguments")
+	}
+	api, done, err := c.api()
+	if err != nil {
+		return err
+	}
+	defer done()
+	gates, err := c.listGates(ctx, api)
+	if err != nil {
+		return err
+	}
+	rows := make([][]string, 0, len(gates))
+	for _, g := range gates {
+		rows = append(rows, []string{g.GateID, strconv.FormatUint(g.Connections, 10), strconv.FormatUint(g.Authenticated, 10),
+			msTime(g.StartedAtMs), strings.Join(g.ClientAddrs, ","), g.PushAddr, g.Error})
+	}
+	return c.emit(gates, []string{"GATE", "CONNECTIONS", "AUTHENTICATED", "STARTED", "CLIENT_ADDRS", "PUSH_ADDR", "ERROR"}, rows)
+}
+
+// Device is one online device of a user, a row of "where".
+type Device struct {
+	UserID   int64  `json:"user_id"`
+	DeviceID string `json:"device_id"`
+	GateID   string `json:"gate_id"`
+	ConnID   uint64 `json:"conn_id"`
+	SinceMs  int64  `json:"since_ms"`
+}
+
+func presence(ctx context.Context, c *ctl, api logicv1.ApiClient, user int64) ([]Device, error) {
+	r, err := api.GetPresence(c.keyed(ctx), &logicv1.GetPresenceRequest{UserIds: []int64{user}})
+	if err != nil {
+		return nil, fmt.Errorf("GetPresence: %w", err)
+	}
+	devs := []Device{}
+	for _, u := range r.GetUsers() {
+		for _, d := range u.GetDevices() {
+			devs = append(devs, Device{UserID: u.GetUserId(), DeviceID: d.GetDeviceId(), GateID: d.GetGateId(), ConnID: d.GetConnId(), SinceMs: d.GetSinceMs()})
+		}
+	}
+	return devs, nil
+}
+
+func (c *ctl) where(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return usageError("where <user>")
+	}
+	user, err := userArg("where", args[0])
+	if err != nil {
+		return err
+	}
+	api, done, err := c.api()
+	if err != nil {
+		return err
+	}
+	defer done()
+	devs, err := presence(ctx, c, api, user)
+	if err != nil {
+		return err
+	}
+	rows := make([][]string, 0, len(devs))
+	for _, d := range devs {
+		rows = append(rows, []string{strconv.FormatInt(d.UserID, 10), d.DeviceID, d.GateID, strconv.FormatUint(d.ConnID, 10), msTime(d.SinceMs)})
+	}
+	return c.emit(devs, []string{"USER", "DEVICE", "GATE", "CONN", "SINCE"}, rows)
+}
+
+// KickResult is the answer of "kick".
+type KickResult struct {
+	UserID   int64  `json:"user_id"`
+	DeviceID string `json:"device_id,omitempty"`
+	Reason   string `json:"reason"`
+	Kicked   uint32 `json:"kicked"`
+	// FailedGates names gates whose Push service could not be reached.
+	FailedGates []string `json:"failed_gates"`
+}
+
+// kick finds the user's connections in presence and asks each one's gate
+// to KICK and close them. The gate matches user and device as well as
+// the connection id, so a stale presence entry never kicks someone else.
+func (c *ctl) kick(ctx context.Context, args []string) error {
+	fs := subFlags("kick")
+	reason := fs.String("reason", "kicked", "KICK reason the client sees")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) < 1 || len(pos) > 2 {
+		return usageError("kick <user> [device] [-reason R]")
+	}
+	user, err := userArg("kick", pos[0])
+	if err != nil {
+		return err
+	}
+	res := KickResult{UserID: user, Reason: *reason, FailedGates: []string{}}
+	if len(pos) == 2 {
+		res.DeviceID = pos[1]
+	}
+	api, done, err := c.api()
+	if err != nil {
+		return err
+	}
+	defer done()
+	devs, err := presence(ctx, c, api, user)
+	if err != nil {
+		return err
+	}
+	gates, err := c.listGates(ctx, api)
+	if err != nil {
+		return err
+	}
+	pushAddr := map[string]string{}
+	for _, g := range gates {
+		pushAddr[g.GateID] = g.PushAddr
+	}
+	byGate := map[string][]*gatev1.Target{}
+	for _, d := range devs {
+		if res.DeviceID == "" || d.DeviceID == res.DeviceID {
+			byGate[d.GateID] = append(byGate[d.GateID], &gatev1.Target{ConnId: d.ConnID, UserId: d.UserID, DeviceId: d.DeviceID})
+		}
+	}
+	for gate, targets := range byGate {
+		n, err := c.kickOn(ctx, pushAddr[gate], targets, res.Reason)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "imctl: kick on gate %s: %v\n", gate, err)
+			res.FailedGates = append(res.FailedGates, gate)
+			continue
+		}
+		res.Kicked += n
+	}
+	rows := [][]string{{strconv.FormatInt(user, 10), res.DeviceID, strconv.FormatUint(uint64(res.Kicked), 10), strings.Join(res.FailedGates, ",")}}
+	if err := c.emit(res, []string{"USER", "DEVICE", "KICKED", "FAILED_GATES"}, rows); err != nil {
+		return err
+	}
+	if len(res.FailedGates) > 0 {
+		return fmt.Errorf("%d gates could not be reached", len(res.FailedGates))
+	}
+	return nil
+}
+
+func (c *ctl) kickOn(ctx context.Context, addr string, targets []*gatev1.Target, reason string) (uint32, error) {
+	if addr == "" {
+		return 0, errors.New("the gate is not in ListGates (gone?)")
+	}
+	if err := config.RequireSecret("cluster.secret", c.cfg.Cluster.Secret); err != nil {
+		return 0, err
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), clusterauth.Credentials(c.cfg.Cluster.Secret))
+	if err != nil {
+		return 0, fmt.Errorf("dial %s: %w", addr, err)
+	}
+	defer func() { _ = cc.Close() }()
+	r, err := gatev1.NewPushClient(cc).Kick(ctx, &gatev1.KickRequest{Targets: targets, Reason: reason})
+	if err != nil {
+		return 0, fmt.Errorf("Kick: %w", err)
+	}
+	return r.GetKicked(), nil
+}
+
+// Token is the answer of "token issue".
+type Token struct {
+	UserID      int64  `json:"user_id"`
+	DeviceID    string `json:"device_id"`
+	Token       string `json:"token"`
+	ExpiresAtMs int64  `json:"expires_at_ms"`
+}
+
+func (c *ctl) tokenIssue(ctx context.Context, args []string) error {
+	fs := subFlags("token issue")
+	device := fs.String("device", "", "bind the token to this device (default: any device)")
+	ttl := fs.Duration("ttl", 24*time.Hour, "lifetime of the token")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usageError("token issue <user> [-device D] [-ttl 24h]")
+	}
+	user, err := userArg("token issue", pos[0])
+	if err != nil {
+		return err
+	}
+	api, done, err := c.api()
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := api.IssueToken(c.keyed(ctx), &logicv1.IssueTokenRequest{UserId: user, DeviceId: *device, TtlSeconds: int64(*ttl / time.Second)})
+	if err != nil {
+		return fmt.Errorf("IssueToken: %w", err)
+	}
+	t := Token{UserID: user, DeviceID: *device, Token: r.GetToken(), ExpiresAtMs: r.GetExpiresAtMs()}
+	return c.emit(t, []string{"USER", "DEVICE", "EXPIRES", "TOKEN"},
+		[][]string{{strconv.FormatInt(user, 10), *device, msTime(t.ExpiresAtMs), t.Token}})
+}
+
+// Revocation is the answer of "token revoke".
+type Revocation struct {
+	UserID       int64  `json:"user_id"`
+	ValidAfterMs int64  `json:"valid_after_ms"`
+	Kicked       uint32 `json:"kicked"`
+}
+
+func (c *ctl) tokenRevoke(ctx context.Context, args []string) error {
+	if len(args) != 1 {
+		return usageError("token revoke <user>")
+	}
+	user, err := userArg("token revoke", args[0])
+	if err != nil {
+		return err
+	}
+	api, done, err := c.api()
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := api.RevokeTokens(c.keyed(ctx), &logicv1.RevokeTokensRequest{UserId: user})
+	if err != nil {
+		return fmt.Errorf("RevokeTokens: %w", err)
+	}
+	v := Revocation{UserID: user, ValidAfterMs: r.GetValidAfterMs(), Kicked: r.GetKicked()}
+	return c.emit(v, []string{"USER", "VALID_AFTER", "KICKED"},
+		[][]string{{strconv.FormatInt(user, 10), msTime(v.ValidAfterMs), strconv.FormatUint(uint64(v.Kicked), 10)}})
+}
+
+// Sent is the answer of "send-system".
+type Sent struct {
+	MsgID          int64  `json:"msg_id"`
+	ConversationID int64  `json:"conversation_id"`
+	ServerTimeMs   int64  `json:"server_time_ms"`
+	ClientMsgID    string `json:"client_msg_id"`
+}
+
+func (c *ctl) sendSystem(ctx context.Context, args []string) error {
+	fs := subFlags("send-system")
+	id := fs.String("client-msg-id", "", "idempotency key: the same id sends once (default imctl-<time>)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 2 {
+		return usageError("send-system <to_user> <text>")
+	}
+	to, err := userArg("send-system", pos[0])
+	if err != nil {
+		return err
+	}
+	if *id == "" {
+		*id = "imctl-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	}
+	content, err := json.Marshal(struct {
+		T    int    `json:"t"`
+		Text string `json:"text"`
+	}{1, pos[1]})
+	if err != nil {
+		return err
+	}
+	api, done, err := c.api()
+	if err != nil {
+		return err
+	}
+	defer done()
+	r, err := api.SendMessage(c.keyed(ctx), &logicv1.SendMessageRequest{System: true, ToUserId: to, ClientMsgId: *id, MessageType: 1, Content: string(content)})
+	if err != nil {
+		return fmt.Errorf("SendMessage: %w", err)
+	}
+	s := Sent{MsgID: r.GetMsgId(), ConversationID: r.GetConversationId(), ServerTimeMs: r.GetServerTimeMs(), ClientMsgID: r.GetClientMsgId()}
+	return c.emit(s, []string{"MSG_ID", "CONVERSATION", "SERVER_TIME", "CLIENT_MSG_ID"},
+		[][]string{{strconv.FormatInt(s.MsgID, 10), strconv.FormatInt(s.ConversationID, 10), msTime(s.ServerTimeMs), s.ClientMsgID}})
+}

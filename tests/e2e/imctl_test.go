@@ -1,0 +1,250 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sparkim/spark/client"
+	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/tests/framework"
+)
+
+// runIMCtl runs the imctl binary against the cluster (API address from
+// the flag, API key and cluster secret from the cluster's config file)
+// and returns its stdout; a failure exit fails the test.
+func runIMCtl(t *testing.T, ctx context.Context, c *framework.Cluster, args ...string) []byte {
+	t.Helper()
+	if _, err := os.Stat(c.Bins.IMCtl); err != nil {
+		t.Fatalf("imctl binary: %v (make build-failpoints builds it into bin/failpoints)", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, c.Bins.IMCtl, append([]string{"-config", c.Config, "-api", c.Logics[0].GRPCAddr}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	t.Logf("imctl %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatalf("imctl %v: %v", args, err)
+	}
+	return stdout.Bytes()
+}
+
+// imctlJSON runs imctl -o json and decodes its output into v.
+func imctlJSON(t *testing.T, ctx context.Context, c *framework.Cluster, v any, args ...string) {
+	t.Helper()
+	out := runIMCtl(t, ctx, c, append([]string{"-o", "json"}, args...)...)
+	dec := json.NewDecoder(bytes.NewReader(out))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		t.Fatalf("imctl %v output: %v\n%s", args, err, out)
+	}
+}
+
+// Each imctl command against a running cluster, its JSON checked against
+// what really happened: the token it issues signs a client in; gates and
+// where show that client's gate, device and connection; the system
+// message reaches it; a device kick closes only that device with KICK; a
+// revoke kicks the rest and the issued token is then refused at AUTH;
+// queue-lag lists every partition from deliver's admin port.
+func TestIMCtlCommands(t *testing.T) {
+	t.Parallel()
+	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
+	ctx := ctxT(t, 3*time.Minute)
+	const user = 41001
+
+	var tok struct {
+		UserID      int64  `json:"user_id"`
+		DeviceID    string `json:"device_id"`
+		Token       string `json:"token"`
+		ExpiresAtMs int64  `json:"expires_at_ms"`
+	}
+	imctlJSON(t, ctx, c, &tok, "token", "issue", "41001", "-device", "phone", "-ttl", "1h")
+	if tok.UserID != user || tok.DeviceID != "phone" || tok.Token == "" ||
+		time.Until(time.UnixMilli(tok.ExpiresAtMs)) < 55*time.Minute || time.Until(time.UnixMilli(tok.ExpiresAtMs)) > 61*time.Minute {
+		t.Fatalf("token issue: %+v", tok)
+	}
+	phone := c.Dial(t, 1)
+	if _, err := phone.Auth(ctx, tok.Token, "phone", "test", "1.0.0"); err != nil {
+		t.Fatalf("AUTH with imctl's token: %v", err)
+	}
+	since := time.Now()
+
+	t.Run("gates", func(t *testing.T) {
+		var gates []struct {
+			GateID        string   `json:"gate_id"`
+			ClientAddrs   []string `json:"client_addrs"`
+			PushAddr      string   `json:"push_addr"`
+			StartedAtMs   int64    `json:"started_at_ms"`
+			Connections   uint64   `json:"connections"`
+			Authenticated uint64   `json:"authenticated"`
+			Error         string   `json:"error"`
+		}
+		imctlJSON(t, ctx, c, &gates, "gates")
+		if len(gates) != 2 {
+			t.Fatalf("gates: %+v, want 2", gates)
+		}
+		byID := map[string]int{}
+		for i, g := range gates {
+			byID[g.GateID] = i
+			if g.Error != "" || g.StartedAtMs == 0 || len(g.ClientAddrs) == 0 {
+				t.Fatalf("gate %+v", g)
+			}
+		}
+		for i, want := range []uint64{0, 1} {
+			j, ok := byID[c.Gates[i].ID]
+			if !ok {
+				t.Fatalf("gate %s missing from %+v", c.Gates[i].ID, gates)
+			}
+			if g := gates[j]; g.Authenticated != want || g.Connections != want || g.PushAddr != c.Gates[i].PushAddr {
+				t.Fatalf("gate %s: %+v, want %d connection(s) and push %s", c.Gates[i].ID, g, want, c.Gates[i].PushAddr)
+			}
+		}
+		table := string(runIMCtl(t, ctx, c, "gates"))
+		if !strings.HasPrefix(table, "GATE ") || !strings.Contains(table, c.Gates[1].ID) {
+			t.Fatalf("gates table:\n%s", table)
+		}
+	})
+
+	web := c.Login(t, 0, user, "web")
+	type device struct {
+		UserID   int64  `json:"user_id"`
+		DeviceID string `json:"device_id"`
+		GateID   string `json:"gate_id"`
+		ConnID   uint64 `json:"conn_id"`
+		SinceMs  int64  `json:"since_ms"`
+	}
+	t.Run("where", func(t *testing.T) {
+		var devs []device
+		imctlJSON(t, ctx, c, &devs, "where", "41001")
+		got := map[string]device{}
+		for _, d := range devs {
+			got[d.DeviceID] = d
+		}
+		p, w := got["phone"], got["web"]
+		if len(devs) != 2 || p.GateID != c.Gates[1].ID || w.GateID != c.Gates[0].ID || p.UserID != user || p.ConnID == 0 {
+			t.Fatalf("where: %+v, want phone on %s and web on %s", devs, c.Gates[1].ID, c.Gates[0].ID)
+		}
+		if d := time.UnixMilli(p.SinceMs).Sub(since); d < -10*time.Second || d > 10*time.Second {
+			t.Fatalf("phone online since %v, signed in at %v", time.UnixMilli(p.SinceMs), since)
+		}
+		var none []device
+		imctlJSON(t, ctx, c, &none, "where", "41999")
+		if len(none) != 0 {
+			t.Fatalf("where for an offline user: %+v", none)
+		}
+	})
+
+	t.Run("send-system", func(t *testing.T) {
+		var sent struct {
+			MsgID          int64  `json:"msg_id"`
+			ConversationID int64  `json:"conversation_id"`
+			ServerTimeMs   int64  `json:"server_time_ms"`
+			ClientMsgID    string `json:"client_msg_id"`
+		}
+		imctlJSON(t, ctx, c, &sent, "send-system", "41001", "maintenance at 02:00", "-client-msg-id", "ops-1")
+		if sent.MsgID == 0 || sent.ConversationID == 0 || sent.ClientMsgID != "ops-1" {
+			t.Fatalf("send-system: %+v", sent)
+		}
+		m, err := framework.NextMessage(phone, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var content struct {
+			T    int    `json:"t"`
+			Text string `json:"text"`
+		}
+		if err := json.Unmarshal(m.Content, &content); err != nil {
+			t.Fatal(err)
+		}
+		if m.MsgID.Int64() != sent.MsgID || m.SenderID.Int64() != 1 || content.Text != "maintenance at 02:00" || m.MessageType != 1 {
+			t.Fatalf("phone got %+v (%+v), want msg %d from the system user 1", m, content, sent.MsgID)
+		}
+	})
+
+	t.Run("kick one device", func(t *testing.T) {
+		var k struct {
+			UserID      int64    `json:"user_id"`
+			DeviceID    string   `json:"device_id"`
+			Reason      string   `json:"reason"`
+			Kicked      uint32   `json:"kicked"`
+			FailedGates []string `json:"failed_gates"`
+		}
+		imctlJSON(t, ctx, c, &k, "kick", "41001", "web")
+		if k.Kicked != 1 || k.DeviceID != "web" || len(k.FailedGates) != 0 {
+			t.Fatalf("kick: %+v", k)
+		}
+		if reason := kickReason(t, web); reason != "kicked" {
+			t.Fatalf("kick reason %q", reason)
+		}
+		waitClosed(t, web, "web")
+		if _, err := phone.Heartbeat(ctxT(t, 5*time.Second)); err != nil {
+			t.Fatalf("the other device: %v", err)
+		}
+	})
+
+	t.Run("token revoke", func(t *testing.T) {
+		var r struct {
+			UserID       int64  `json:"user_id"`
+			ValidAfterMs int64  `json:"valid_after_ms"`
+			Kicked       uint32 `json:"kicked"`
+		}
+		imctlJSON(t, ctx, c, &r, "token", "revoke", "41001")
+		if r.UserID != user || r.Kicked != 1 || r.ValidAfterMs == 0 {
+			t.Fatalf("revoke: %+v", r)
+		}
+		if reason := kickReason(t, phone); reason != "revoked" {
+			t.Fatalf("kick reason %q", reason)
+		}
+		waitClosed(t, phone, "phone")
+		again := c.Dial(t, 1)
+		reply, err := again.Request(ctx, protocol.CmdAuth, protocol.AuthRequest{Token: tok.Token, DeviceID: "phone", Platform: "test"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reply.Envelope.Code != errcode.BadToken {
+			t.Fatalf("AUTH with the revoked token: %+v, want 40101", reply.Envelope)
+		}
+	})
+
+	t.Run("queue-lag", func(t *testing.T) {
+		var lag struct {
+			Partitions []struct {
+				Partition        int     `json:"partition"`
+				Length           int64   `json:"length"`
+				Pending          int64   `json:"pending"`
+				OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+			} `json:"partitions"`
+			Sources []struct {
+				Addr  string `json:"addr"`
+				Ready bool   `json:"ready"`
+				Error string `json:"error"`
+			} `json:"sources"`
+		}
+		imctlJSON(t, ctx, c, &lag, "queue-lag", "-deliver-admin", c.Delivers[0].AdminAddr)
+		if len(lag.Sources) != 1 || !lag.Sources[0].Ready || lag.Sources[0].Error != "" || len(lag.Partitions) != 4 {
+			t.Fatalf("queue-lag: %+v", lag)
+		}
+		for i, p := range lag.Partitions {
+			if p.Partition != i || p.Length < 0 || p.Pending < 0 || p.Pending > p.Length || p.OldestAgeSeconds < 0 {
+				t.Fatalf("partition %d: %+v", i, p)
+			}
+		}
+	})
+}
+
+func waitClosed(t *testing.T, conn *client.Conn, name string) {
+	t.Helper()
+	select {
+	case <-conn.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatalf("%s: not closed after KICK", name)
+	}
+}
