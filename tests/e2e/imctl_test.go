@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/tests/framework"
 )
 
@@ -51,9 +53,12 @@ func imctlJSON(t *testing.T, ctx context.Context, c *framework.Cluster, v any, a
 // Each imctl command against a running cluster, its JSON checked against
 // what really happened: the token it issues signs a client in; gates and
 // where show that client's gate, device and connection; the system
-// message reaches it; a device kick closes only that device with KICK; a
-// revoke kicks the rest and the issued token is then refused at AUTH;
-// queue-lag lists every partition from deliver's admin port.
+// message reaches it; a device kick closes only that device with KICK, a
+// user kick every device of another user; a revoke kicks the first
+// user's last device and the issued token is then refused at AUTH;
+// queue-lag shows a job deliver cannot push where Redis has it, then
+// the empty queue; a wrong API
+// key fails with exit status 1.
 func TestIMCtlCommands(t *testing.T) {
 	t.Parallel()
 	c := framework.NewCluster(t, framework.Options{Gates: 2, Partitions: 4})
@@ -214,8 +219,38 @@ func TestIMCtlCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("kick every device", func(t *testing.T) {
+		const other = 41002
+		conns := []*client.Conn{c.Login(t, 0, other, "a"), c.Login(t, 1, other, "b")}
+		var k struct {
+			UserID      int64    `json:"user_id"`
+			Reason      string   `json:"reason"`
+			Kicked      uint32   `json:"kicked"`
+			FailedGates []string `json:"failed_gates"`
+		}
+		imctlJSON(t, ctx, c, &k, "kick", "41002", "-reason", "maintenance")
+		if k.UserID != other || k.Kicked != 2 || k.Reason != "maintenance" || len(k.FailedGates) != 0 {
+			t.Fatalf("kick: %+v", k)
+		}
+		for i, conn := range conns {
+			if reason := kickReason(t, conn); reason != "maintenance" {
+				t.Fatalf("device %d: kick reason %q", i, reason)
+			}
+			waitClosed(t, conn, "device")
+		}
+	})
+
+	t.Run("wrong API key", func(t *testing.T) {
+		cmd := exec.CommandContext(ctx, c.Bins.IMCtl, "-config", c.Config, "-api", c.Logics[0].GRPCAddr, "-api-key", "nope", "where", "41001")
+		out, err := cmd.CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "Unauthenticated") {
+			t.Fatalf("imctl with a wrong key: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("queue-lag", func(t *testing.T) {
-		var lag struct {
+		type lagJSON struct {
 			Partitions []struct {
 				Partition        int     `json:"partition"`
 				Length           int64   `json:"length"`
@@ -228,15 +263,56 @@ func TestIMCtlCommands(t *testing.T) {
 				Error string `json:"error"`
 			} `json:"sources"`
 		}
-		imctlJSON(t, ctx, c, &lag, "queue-lag", "-deliver-admin", c.Delivers[0].AdminAddr)
-		if len(lag.Sources) != 1 || !lag.Sources[0].Ready || lag.Sources[0].Error != "" || len(lag.Partitions) != 4 {
-			t.Fatalf("queue-lag: %+v", lag)
+		// A job deliver cannot push stays in its stream, read and not
+		// acknowledged: queue-lag must show it where Redis has it.
+		admin := c.Delivers[0].AdminAddr
+		if err := framework.Failpoint(admin, "deliver/job/beforePush", "error"); err != nil {
+			t.Fatal(err)
 		}
-		for i, p := range lag.Partitions {
-			if p.Partition != i || p.Length < 0 || p.Pending < 0 || p.Pending > p.Length || p.OldestAgeSeconds < 0 {
-				t.Fatalf("partition %d: %+v", i, p)
+		if out := runIMCtl(t, ctx, c, "send-system", "41002", "queued"); !strings.HasPrefix(string(out), "MSG_ID ") {
+			t.Fatalf("send-system table:\n%s", out)
+		}
+		rdb := c.Redis.Client()
+		defer func() { _ = rdb.Close() }()
+		// match polls (the gauges are sampled every 5 s) until every
+		// partition's length agrees with XLEN and ok accepts the totals.
+		match := func(what string, ok func(length, pending int64, age float64) bool) {
+			t.Helper()
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				var lag lagJSON
+				imctlJSON(t, ctx, c, &lag, "queue-lag", "-deliver-admin", admin)
+				if len(lag.Sources) != 1 || !lag.Sources[0].Ready || lag.Sources[0].Error != "" || len(lag.Partitions) != 4 {
+					t.Fatalf("queue-lag: %+v", lag)
+				}
+				agree := true
+				var length, pending int64
+				var age float64
+				for i, p := range lag.Partitions {
+					n, err := rdb.XLen(ctx, rediskey.Deliver(i)).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if p.Partition != i || p.Pending > p.Length || p.OldestAgeSeconds < 0 {
+						t.Fatalf("partition %d: %+v", i, p)
+					}
+					agree = agree && p.Length == n
+					length, pending, age = length+p.Length, pending+p.Pending, max(age, p.OldestAgeSeconds)
+				}
+				if agree && ok(length, pending, age) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("queue-lag never showed %s: last %+v", what, lag)
+				}
+				time.Sleep(500 * time.Millisecond)
 			}
 		}
+		match("the stuck job", func(length, pending int64, age float64) bool { return length == 1 && pending == 1 && age > 0 })
+		if err := framework.Failpoint(admin, "deliver/job/beforePush", "off"); err != nil {
+			t.Fatal(err)
+		}
+		match("an empty queue", func(length, pending int64, age float64) bool { return length == 0 && pending == 0 && age == 0 })
 	})
 }
 
