@@ -232,6 +232,3 @@ func allThreadsStopped(pid int) (bool, error) {
 
 // Running reports whether the server process is alive.
 func (m *MySQL) Running() bool { return m.proc.Running() }
-
-// Logs returns the server's error log (its stderr), across restarts.
-func (m *MySQL) Logs() string { return m.proc.Logs() }

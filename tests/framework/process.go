@@ -233,14 +233,6 @@ func (p *Process) WaitExit(within time.Duration) error {
 	}
 }
 
-// Restart stops (SIGTERM) and starts the process again.
-func (p *Process) Restart(ctx context.Context) error {
-	if err := p.Stop(); err != nil {
-		p.t.Logf("%s: stop: %v", p.Name, err)
-	}
-	return p.Start(ctx)
-}
-
 // Running reports whether the process is alive.
 func (p *Process) Running() bool {
 	p.mu.Lock()

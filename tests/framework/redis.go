@@ -30,14 +30,6 @@ type Redis struct {
 	procs []*Process
 }
 
-// StartRedis starts the private Redis that RedisModeEnv asks for.
-func StartRedis(t testing.TB) *Redis {
-	t.Helper()
-	r, ready := launchRedis(t)
-	ready()
-	return r
-}
-
 // launchRedis starts the private Redis that RedisModeEnv asks for and
 // returns ready, which waits until it serves: a cluster's nodes are
 // joined then (launchRedisCluster), so other set-up can run meanwhile.

@@ -10,22 +10,14 @@ import (
 	"github.com/sparkim/spark/pkg/testredis"
 )
 
-// StartRedisCluster starts a private Redis Cluster of
+// launchRedisCluster starts a private Redis Cluster of
 // testredis.ClusterMasters masters without replicas on loopback ports:
 // each a redis-server with --cluster-enabled and its nodes.conf in its
-// own temp dir, joined by testredis.CreateCluster, ready once every
-// node reports cluster_state:ok. Stop and Start keep the cluster (its
-// nodes.conf and append-only files stay), so a test can take the whole
-// Redis away and bring it back as with a single server.
-func StartRedisCluster(t testing.TB) *Redis {
-	t.Helper()
-	r, form := launchRedisCluster(t)
-	form()
-	return r
-}
-
-// launchRedisCluster starts the nodes of a private Redis Cluster and
-// returns form, which joins them and waits for cluster_state:ok. A master
+// own temp dir. It returns form, which joins them
+// (testredis.CreateCluster) and waits until every node reports
+// cluster_state:ok. Stop and Start keep the cluster (its nodes.conf and
+// append-only files stay), so a test can take the whole Redis away and
+// bring it back as with a single server. A master
 // turns ok no sooner than 2 s after it started (Redis's writable delay,
 // not configurable), so a caller with other set-up to do does it between
 // the two and the delay passes meanwhile.

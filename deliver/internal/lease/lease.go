@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -64,8 +63,6 @@ type Manager struct {
 	m      *metrics.Metrics
 	offset int
 
-	healthy atomic.Bool
-
 	mu       sync.Mutex
 	snapshot []int
 }
@@ -81,9 +78,6 @@ func New(rdb redis.Cmdable, cfg Config, log *zap.Logger, m *metrics.Metrics) *Ma
 		offset: int(h.Sum32() % uint32(max(cfg.Partitions, 1))),
 	}
 }
-
-// Healthy reports whether the last heartbeat reached Redis.
-func (m *Manager) Healthy() bool { return m.healthy.Load() }
 
 // Owned returns the partitions whose worker runs now, ascending.
 func (m *Manager) Owned() []int {
@@ -172,7 +166,6 @@ func (m *Manager) tick(ctx context.Context, owned map[int]*part, exited chan int
 	tctx, cancel := context.WithTimeout(ctx, m.cfg.TTL/3+time.Second)
 	defer cancel()
 	live, hbErr := m.heartbeat(tctx, now)
-	m.healthy.Store(hbErr == nil)
 	if hbErr != nil {
 		m.m.RedisErrors.Inc()
 		m.log.Warn("deliver heartbeat", zap.Error(hbErr))

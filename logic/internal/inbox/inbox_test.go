@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -857,18 +856,6 @@ func TestMailboxDevices(t *testing.T) {
 		}
 	}
 }
-
-// sortedIDs is a helper for stable failure messages.
-func sortedIDs(m map[int64]protocol.Conversation) []int64 {
-	out := make([]int64, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
-}
-
-var _ = sortedIDs
 
 // A group conversation: a member's list shows it with its group id and the
 // unread of the others' messages, from the cold path and incrementally

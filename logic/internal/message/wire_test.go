@@ -5,8 +5,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/testenv"
 )
 
-// wire and sendReq decode the tests' JSON bodies into typed requests
-// (testenv.Wire).
-func wire[T any](b []byte) T { return testenv.Wire[T](b) }
+// sendReq decodes a test's JSON SEND_MESSAGE body into its typed request
+// (testenv.SendRequest).
 
 func sendReq(b []byte) message.SendRequest { return testenv.SendRequest(b) }
