@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -180,8 +179,11 @@ func TestAPIDocsCurlExamples(t *testing.T) {
 	methods := logicv1.File_logic_v1_api_proto.Services().ByName("Api").Methods()
 	for i := 0; i < methods.Len(); i++ {
 		m := methods.Get(i)
-		rule, _ := proto.GetExtension(m.Options(), annotations.E_Http).(*annotations.HttpRule)
-		verb, path := ruleOf(rule)
+		verb, path, ok := logicv1.HTTPRoute(m)
+		if !ok {
+			t.Errorf("%s has no google.api.http option", m.Name())
+			continue
+		}
 		re := routePattern(path)
 		found := false
 		for _, l := range lines {
@@ -224,20 +226,4 @@ func TestAPIDocsCurlExamples(t *testing.T) {
 	if reason := kickReason(t, conn); reason != "revoked" {
 		t.Fatalf("kick reason %q after docs/api.md's tokens:revoke", reason)
 	}
-}
-
-func ruleOf(r *annotations.HttpRule) (verb, path string) {
-	switch p := r.GetPattern().(type) {
-	case *annotations.HttpRule_Get:
-		return http.MethodGet, p.Get
-	case *annotations.HttpRule_Post:
-		return http.MethodPost, p.Post
-	case *annotations.HttpRule_Put:
-		return http.MethodPut, p.Put
-	case *annotations.HttpRule_Patch:
-		return http.MethodPatch, p.Patch
-	case *annotations.HttpRule_Delete:
-		return http.MethodDelete, p.Delete
-	}
-	return "", ""
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"go.uber.org/zap"
-	"google.golang.org/genproto/googleapis/api/annotations"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -245,12 +244,11 @@ func TestOpenAPIDocument(t *testing.T) {
 	}
 	for i := 0; i < methods.Len(); i++ {
 		m := methods.Get(i)
-		rule, _ := proto.GetExtension(m.Options(), annotations.E_Http).(*annotations.HttpRule)
-		if rule == nil {
+		verb, path, ok := logicv1.HTTPRoute(m)
+		if !ok {
 			t.Errorf("%s has no google.api.http option", m.Name())
 			continue
 		}
-		verb, path := httpRule(rule)
 		item := doc.Paths.Find(path)
 		if item == nil {
 			t.Errorf("%s: no path %s in the document", m.Name(), path)
@@ -265,20 +263,4 @@ func TestOpenAPIDocument(t *testing.T) {
 			t.Errorf("%s %s is %q, want Api_%s", verb, path, op.OperationID, m.Name())
 		}
 	}
-}
-
-func httpRule(r *annotations.HttpRule) (verb, path string) {
-	switch p := r.GetPattern().(type) {
-	case *annotations.HttpRule_Get:
-		return http.MethodGet, p.Get
-	case *annotations.HttpRule_Post:
-		return http.MethodPost, p.Post
-	case *annotations.HttpRule_Put:
-		return http.MethodPut, p.Put
-	case *annotations.HttpRule_Patch:
-		return http.MethodPatch, p.Patch
-	case *annotations.HttpRule_Delete:
-		return http.MethodDelete, p.Delete
-	}
-	return "", ""
 }
