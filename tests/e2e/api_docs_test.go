@@ -101,24 +101,35 @@ func TestAPIDocsGrpcurlExamples(t *testing.T) {
 	// someone to reach.
 	conn := c.Login(t, 0, 1001, "phone")
 
-	var script strings.Builder
-	script.WriteString("set -euo pipefail\ntrap 'echo \"FAILED: $BASH_COMMAND\" >&2' ERR\n")
-	for i, b := range blocks {
-		b = strings.ReplaceAll(b, docsLogicAddr, c.Logics[0].GRPCAddr)
-		b = strings.ReplaceAll(b, docsAPIKey, framework.APIKey)
-		script.WriteString("echo '--- block " + string(rune('1'+i)) + "'\n" + b + "\n")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Env = append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH"))
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("docs/api.md grpcurl examples failed: %v\n%s", err, out)
-	}
+	out := runDocBlocks(t, "grpcurl", blocks, docsLogicAddr, c.Logics[0].GRPCAddr, "",
+		append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH")))
 	t.Logf("docs/api.md examples:\n%s", out)
 	// The last block revoked user 1001's tokens: the live device was kicked.
 	if reason := kickReason(t, conn); reason != "revoked" {
 		t.Fatalf("kick reason %q after docs/api.md's RevokeTokens", reason)
 	}
+}
+
+// runDocBlocks runs a document's ```sh blocks as one bash script that stops
+// at the first failing command, with the document's address and API key
+// replaced by the cluster's; after is printed after each block (curl's
+// answers end without a newline). It fails the test with the output.
+func runDocBlocks(t *testing.T, tool string, blocks []string, docsAddr, addr, after string, env []string) []byte {
+	t.Helper()
+	var script strings.Builder
+	script.WriteString("set -euo pipefail\ntrap 'echo \"FAILED: $BASH_COMMAND\" >&2' ERR\n")
+	for i, b := range blocks {
+		b = strings.ReplaceAll(b, docsAddr, addr)
+		b = strings.ReplaceAll(b, docsAPIKey, framework.APIKey)
+		script.WriteString("echo '--- block " + string(rune('1'+i)) + "'\n" + b + "\n" + after)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("docs/api.md %s examples failed: %v\n%s", tool, err, out)
+	}
+	return out
 }

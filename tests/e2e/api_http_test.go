@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -207,21 +206,7 @@ func TestAPIDocsCurlExamples(t *testing.T) {
 	c := framework.NewCluster(t, framework.Options{Gates: 1})
 	conn := c.Login(t, 0, 1001, "phone")
 
-	var script strings.Builder
-	script.WriteString("set -euo pipefail\ntrap 'echo \"FAILED: $BASH_COMMAND\" >&2' ERR\n")
-	for i, b := range blocks {
-		b = strings.ReplaceAll(b, docsHTTPAddr, c.Logics[0].HTTPAddr)
-		b = strings.ReplaceAll(b, docsAPIKey, framework.APIKey)
-		script.WriteString("echo '--- block " + string(rune('1'+i)) + "'\n" + b + "\necho\n")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "-c", script.String())
-	cmd.Env = os.Environ()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("docs/api.md curl examples failed: %v\n%s", err, out)
-	}
+	out := runDocBlocks(t, "curl", blocks, docsHTTPAddr, c.Logics[0].HTTPAddr, "echo\n", os.Environ())
 	t.Logf("docs/api.md curl examples:\n%s", out)
 	if reason := kickReason(t, conn); reason != "revoked" {
 		t.Fatalf("kick reason %q after docs/api.md's tokens:revoke", reason)
