@@ -112,6 +112,8 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./gate/internal/proxyproto
 	$(GO) test -run=^$$ -fuzz=FuzzParseWSHeader -fuzztime=15s ./gate/internal/server
 	$(GO) test -run=^$$ -fuzz=FuzzDecodeBodies -fuzztime=30s ./logic/internal/gateway
+	$(GO) test -run=^$$ -fuzz=FuzzVerify -fuzztime=15s ./pkg/stdwebhook
+	$(GO) test -run=^$$ -fuzz=FuzzParseSecret -fuzztime=15s ./pkg/stdwebhook
 
 proto:
 	proto/gen.sh
