@@ -293,7 +293,7 @@ type RateLimit struct {
 	Enabled bool `mapstructure:"enabled"`
 	// Auth is AUTH; Send SEND_MESSAGE and GENERATE_MSG_ID; Sync
 	// SYNC_INBOX and SYNC_MESSAGES; Edit READ_MESSAGE, RECALL_MESSAGE,
-	// DELETE_MESSAGE, CONVERSATION_SETTINGS, RELATION and GROUP.
+	// DELETE_MESSAGE, CONVERSATION_SETTINGS, RELATION, GROUP and PUSH_SETTINGS.
 	Auth RateClass `mapstructure:"auth"`
 	Send RateClass `mapstructure:"send"`
 	Sync RateClass `mapstructure:"sync"`

@@ -42,10 +42,14 @@ const (
 	// `{"group","changed","added","removed"}`, info `{"group"}`, members a
 	// page.
 	CmdGroup uint16 = 20
+	// CmdPushSettings (ours, request): the session's device registers or
+	// removes its offline-push token, and the user reads or sets the
+	// notification preview, `{"op", …}` (PushRequest; the PushOp* ops).
+	CmdPushSettings uint16 = 21
 )
 
 // MaxKnownCommand is the highest command number the server understands.
-const MaxKnownCommand = CmdGroup
+const MaxKnownCommand = CmdPushSettings
 
 // Conversation types.
 const (

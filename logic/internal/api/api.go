@@ -6,7 +6,7 @@
 // service, converts the result back, and maps *errcode.Error codes onto
 // gRPC status codes (errors.go). No business rule lives here, so the two
 // doors cannot disagree. One file per concern: users, tokens, relations,
-// groups, messages, push, presence.
+// groups, messages, push, push tokens, presence.
 package api
 
 import (
@@ -19,6 +19,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/notify"
 	"github.com/sparkim/spark/logic/internal/online"
+	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/user"
@@ -43,6 +44,8 @@ type Services struct {
 	Messages  *message.Service
 	Inbox     *inbox.Service
 	Online    *online.Service
+	// Push registers push tokens and sets the preview.
+	Push *push.Tokens
 }
 
 // Config is what the API needs from logic's configuration.
@@ -67,6 +70,7 @@ type Server struct {
 	messages  *message.Service
 	inbox     *inbox.Service
 	online    *online.Service
+	push      *push.Tokens
 	notifier  Notifier
 	cfg       Config
 	log       *zap.Logger
@@ -80,7 +84,7 @@ func New(svc Services, cfg Config, notifier Notifier, log *zap.Logger) *Server {
 	}
 	return &Server{
 		store: svc.Store, users: svc.Users, relations: svc.Relations, groups: svc.Groups,
-		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online,
+		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online, push: svc.Push,
 		notifier: notifier, cfg: cfg, log: log,
 	}
 }

@@ -103,6 +103,9 @@ var commands = map[uint32]command{
 	uint32(protocol.CmdGroup): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
 		return h.group(c.ctx, c.req.Session.UserId, c.req.Body)
 	}},
+	uint32(protocol.CmdPushSettings): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
+		return h.pushSettings(c.ctx, c.req.Session.UserId, c.req.Session.DeviceId, c.req.Body)
+	}},
 }
 
 // The 40001 messages of a body that does not decode.

@@ -17,6 +17,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/notify"
+	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/pkg/envelope"
@@ -40,6 +41,9 @@ type Handler struct {
 	// 50001).
 	Relations *relation.Service
 	Groups    *group.Service
+	// Push answers PUSH_SETTINGS (21), the push.Tokens the business API
+	// also uses (nil answers it 50001).
+	Push *push.Tokens
 	// Notifier is told about every RELATION and GROUP change that Changed
 	// something (notify.After*, as the business API does); nil leaves the
 	// changes to sync.

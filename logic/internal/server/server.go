@@ -35,6 +35,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/notify"
 	"github.com/sparkim/spark/logic/internal/online"
+	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
@@ -234,6 +235,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, log)
+	pushTokens := push.NewTokens(st)
 	// One notifier for both front doors: a change pushes its control
 	// events the same way whichever door made it.
 	notifier, err := notify.New(rdb, cfg.Queue.Partitions)
@@ -242,7 +244,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
-		Relations: relSvc, Groups: groupSvc, Notifier: notifier,
+		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens,
 		Limits: limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
 	}, gates, log)
 	if err != nil {
@@ -262,7 +264,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	adm.Handle("/gates", api.GatesHandler(onlineSvc))
 	logicv1.RegisterApiServer(gs, api.New(api.Services{
 		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
-		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc,
+		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens,
 	}, api.Config{JWTSecret: []byte(lc.JWTSecret), TokenTTL: lc.TokenTTL, SystemUserID: lc.SystemUserID},
 		notifier, log))
 	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))

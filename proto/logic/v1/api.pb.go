@@ -3104,6 +3104,297 @@ func (x *ListGatesReply) GetGates() []*GateInfo {
 	return nil
 }
 
+type RegisterPushTokenRequest struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	UserId   int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	DeviceId string                 `protobuf:"bytes,2,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	// platform is "apns", "fcm" or "gateway".
+	Platform string `protobuf:"bytes,3,opt,name=platform,proto3" json:"platform,omitempty"`
+	Token    string `protobuf:"bytes,4,opt,name=token,proto3" json:"token,omitempty"`
+	// topic is the APNs topic (the app's bundle id); required for apns.
+	Topic string `protobuf:"bytes,5,opt,name=topic,proto3" json:"topic,omitempty"`
+	// sandbox sends an APNs token to the development environment.
+	Sandbox bool `protobuf:"varint,6,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	// gateway names a configured push gateway; required for gateway.
+	Gateway       string `protobuf:"bytes,7,opt,name=gateway,proto3" json:"gateway,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RegisterPushTokenRequest) Reset() {
+	*x = RegisterPushTokenRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RegisterPushTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RegisterPushTokenRequest) ProtoMessage() {}
+
+func (x *RegisterPushTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RegisterPushTokenRequest.ProtoReflect.Descriptor instead.
+func (*RegisterPushTokenRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *RegisterPushTokenRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *RegisterPushTokenRequest) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *RegisterPushTokenRequest) GetPlatform() string {
+	if x != nil {
+		return x.Platform
+	}
+	return ""
+}
+
+func (x *RegisterPushTokenRequest) GetToken() string {
+	if x != nil {
+		return x.Token
+	}
+	return ""
+}
+
+func (x *RegisterPushTokenRequest) GetTopic() string {
+	if x != nil {
+		return x.Topic
+	}
+	return ""
+}
+
+func (x *RegisterPushTokenRequest) GetSandbox() bool {
+	if x != nil {
+		return x.Sandbox
+	}
+	return false
+}
+
+func (x *RegisterPushTokenRequest) GetGateway() string {
+	if x != nil {
+		return x.Gateway
+	}
+	return ""
+}
+
+type UnregisterPushTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	DeviceId      string                 `protobuf:"bytes,2,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UnregisterPushTokenRequest) Reset() {
+	*x = UnregisterPushTokenRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnregisterPushTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnregisterPushTokenRequest) ProtoMessage() {}
+
+func (x *UnregisterPushTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnregisterPushTokenRequest.ProtoReflect.Descriptor instead.
+func (*UnregisterPushTokenRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *UnregisterPushTokenRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *UnregisterPushTokenRequest) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+type PushTokenReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// registered says whether the device now has a token.
+	Registered    bool `protobuf:"varint,1,opt,name=registered,proto3" json:"registered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushTokenReply) Reset() {
+	*x = PushTokenReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushTokenReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushTokenReply) ProtoMessage() {}
+
+func (x *PushTokenReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushTokenReply.ProtoReflect.Descriptor instead.
+func (*PushTokenReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *PushTokenReply) GetRegistered() bool {
+	if x != nil {
+		return x.Registered
+	}
+	return false
+}
+
+type PushSettings struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// preview is what notifications show: "full" (sender and text),
+	// "sender" (sender only) or "none".
+	Preview       string `protobuf:"bytes,2,opt,name=preview,proto3" json:"preview,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushSettings) Reset() {
+	*x = PushSettings{}
+	mi := &file_logic_v1_api_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushSettings) ProtoMessage() {}
+
+func (x *PushSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushSettings.ProtoReflect.Descriptor instead.
+func (*PushSettings) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *PushSettings) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *PushSettings) GetPreview() string {
+	if x != nil {
+		return x.Preview
+	}
+	return ""
+}
+
+type GetPushSettingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPushSettingsRequest) Reset() {
+	*x = GetPushSettingsRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPushSettingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPushSettingsRequest) ProtoMessage() {}
+
+func (x *GetPushSettingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPushSettingsRequest.ProtoReflect.Descriptor instead.
+func (*GetPushSettingsRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *GetPushSettingsRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
 var File_logic_v1_api_proto protoreflect.FileDescriptor
 
 const file_logic_v1_api_proto_rawDesc = "" +
@@ -3341,11 +3632,31 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\rauthenticated\x18\x06 \x01(\x04R\rauthenticated\x12\x14\n" +
 	"\x05error\x18\a \x01(\tR\x05error\":\n" +
 	"\x0eListGatesReply\x12(\n" +
-	"\x05gates\x18\x01 \x03(\v2\x12.logic.v1.GateInfoR\x05gates*N\n" +
+	"\x05gates\x18\x01 \x03(\v2\x12.logic.v1.GateInfoR\x05gates\"\xcc\x01\n" +
+	"\x18RegisterPushTokenRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
+	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12\x1a\n" +
+	"\bplatform\x18\x03 \x01(\tR\bplatform\x12\x14\n" +
+	"\x05token\x18\x04 \x01(\tR\x05token\x12\x14\n" +
+	"\x05topic\x18\x05 \x01(\tR\x05topic\x12\x18\n" +
+	"\asandbox\x18\x06 \x01(\bR\asandbox\x12\x18\n" +
+	"\agateway\x18\a \x01(\tR\agateway\"R\n" +
+	"\x1aUnregisterPushTokenRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
+	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\"0\n" +
+	"\x0ePushTokenReply\x12\x1e\n" +
+	"\n" +
+	"registered\x18\x01 \x01(\bR\n" +
+	"registered\"A\n" +
+	"\fPushSettings\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x18\n" +
+	"\apreview\x18\x02 \x01(\tR\apreview\"1\n" +
+	"\x16GetPushSettingsRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId*N\n" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xe0\x1a\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xfa\x1e\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -3385,7 +3696,11 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\vPushToUsers\x12\x1c.logic.v1.PushToUsersRequest\x1a\x13.logic.v1.PushReply\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/push\x12V\n" +
 	"\tBroadcast\x12\x1a.logic.v1.BroadcastRequest\x1a\x13.logic.v1.PushReply\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/broadcast\x12]\n" +
 	"\vGetPresence\x12\x1c.logic.v1.GetPresenceRequest\x1a\x1a.logic.v1.GetPresenceReply\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/presence\x12T\n" +
-	"\tListGates\x12\x1a.logic.v1.ListGatesRequest\x1a\x18.logic.v1.ListGatesReply\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/gatesB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
+	"\tListGates\x12\x1a.logic.v1.ListGatesRequest\x1a\x18.logic.v1.ListGatesReply\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/gates\x12\x90\x01\n" +
+	"\x11RegisterPushToken\x12\".logic.v1.RegisterPushTokenRequest\x1a\x18.logic.v1.PushTokenReply\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/users/{user_id}/devices/{device_id}/push-token\x12\x9b\x01\n" +
+	"\x13UnregisterPushToken\x12$.logic.v1.UnregisterPushTokenRequest\x1a\x18.logic.v1.PushTokenReply\"D\x82\xd3\xe4\x93\x02>:\x01*\"9/v1/users/{user_id}/devices/{device_id}/push-token:remove\x12o\n" +
+	"\x0fSetPushSettings\x12\x16.logic.v1.PushSettings\x1a\x16.logic.v1.PushSettings\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/users/{user_id}/push-settings\x12v\n" +
+	"\x0fGetPushSettings\x12 .logic.v1.GetPushSettingsRequest\x1a\x16.logic.v1.PushSettings\")\x82\xd3\xe4\x93\x02#\x12!/v1/users/{user_id}/push-settingsB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
 
 var (
 	file_logic_v1_api_proto_rawDescOnce sync.Once
@@ -3400,57 +3715,62 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_logic_v1_api_proto_goTypes = []any{
-	(GroupRole)(0),                    // 0: logic.v1.GroupRole
-	(*UpsertUserRequest)(nil),         // 1: logic.v1.UpsertUserRequest
-	(*GetUserRequest)(nil),            // 2: logic.v1.GetUserRequest
-	(*User)(nil),                      // 3: logic.v1.User
-	(*DisableUserRequest)(nil),        // 4: logic.v1.DisableUserRequest
-	(*DisableUserReply)(nil),          // 5: logic.v1.DisableUserReply
-	(*EnableUserRequest)(nil),         // 6: logic.v1.EnableUserRequest
-	(*IssueTokenRequest)(nil),         // 7: logic.v1.IssueTokenRequest
-	(*IssueTokenReply)(nil),           // 8: logic.v1.IssueTokenReply
-	(*RevokeTokensRequest)(nil),       // 9: logic.v1.RevokeTokensRequest
-	(*RevokeTokensReply)(nil),         // 10: logic.v1.RevokeTokensReply
-	(*FriendPair)(nil),                // 11: logic.v1.FriendPair
-	(*FriendRequestRequest)(nil),      // 12: logic.v1.FriendRequestRequest
-	(*BlockRequest)(nil),              // 13: logic.v1.BlockRequest
-	(*ChangeReply)(nil),               // 14: logic.v1.ChangeReply
-	(*ListRequest)(nil),               // 15: logic.v1.ListRequest
-	(*Friend)(nil),                    // 16: logic.v1.Friend
-	(*ListFriendsReply)(nil),          // 17: logic.v1.ListFriendsReply
-	(*Blocked)(nil),                   // 18: logic.v1.Blocked
-	(*ListBlocksReply)(nil),           // 19: logic.v1.ListBlocksReply
-	(*Group)(nil),                     // 20: logic.v1.Group
-	(*GroupReply)(nil),                // 21: logic.v1.GroupReply
-	(*CreateGroupRequest)(nil),        // 22: logic.v1.CreateGroupRequest
-	(*GroupRef)(nil),                  // 23: logic.v1.GroupRef
-	(*ChangeGroupMembersRequest)(nil), // 24: logic.v1.ChangeGroupMembersRequest
-	(*LeaveGroupRequest)(nil),         // 25: logic.v1.LeaveGroupRequest
-	(*SetGroupRoleRequest)(nil),       // 26: logic.v1.SetGroupRoleRequest
-	(*MuteGroupRequest)(nil),          // 27: logic.v1.MuteGroupRequest
-	(*MuteGroupMemberRequest)(nil),    // 28: logic.v1.MuteGroupMemberRequest
-	(*TransferGroupRequest)(nil),      // 29: logic.v1.TransferGroupRequest
-	(*UpdateGroupRequest)(nil),        // 30: logic.v1.UpdateGroupRequest
-	(*ListGroupMembersRequest)(nil),   // 31: logic.v1.ListGroupMembersRequest
-	(*GroupMember)(nil),               // 32: logic.v1.GroupMember
-	(*ListGroupMembersReply)(nil),     // 33: logic.v1.ListGroupMembersReply
-	(*SendMessageRequest)(nil),        // 34: logic.v1.SendMessageRequest
-	(*SendMessageReply)(nil),          // 35: logic.v1.SendMessageReply
-	(*GetHistoryRequest)(nil),         // 36: logic.v1.GetHistoryRequest
-	(*HistoryMessage)(nil),            // 37: logic.v1.HistoryMessage
-	(*GetHistoryReply)(nil),           // 38: logic.v1.GetHistoryReply
-	(*PushToUsersRequest)(nil),        // 39: logic.v1.PushToUsersRequest
-	(*BroadcastRequest)(nil),          // 40: logic.v1.BroadcastRequest
-	(*PushReply)(nil),                 // 41: logic.v1.PushReply
-	(*GetPresenceRequest)(nil),        // 42: logic.v1.GetPresenceRequest
-	(*Device)(nil),                    // 43: logic.v1.Device
-	(*Presence)(nil),                  // 44: logic.v1.Presence
-	(*GetPresenceReply)(nil),          // 45: logic.v1.GetPresenceReply
-	(*ListGatesRequest)(nil),          // 46: logic.v1.ListGatesRequest
-	(*GateInfo)(nil),                  // 47: logic.v1.GateInfo
-	(*ListGatesReply)(nil),            // 48: logic.v1.ListGatesReply
+	(GroupRole)(0),                     // 0: logic.v1.GroupRole
+	(*UpsertUserRequest)(nil),          // 1: logic.v1.UpsertUserRequest
+	(*GetUserRequest)(nil),             // 2: logic.v1.GetUserRequest
+	(*User)(nil),                       // 3: logic.v1.User
+	(*DisableUserRequest)(nil),         // 4: logic.v1.DisableUserRequest
+	(*DisableUserReply)(nil),           // 5: logic.v1.DisableUserReply
+	(*EnableUserRequest)(nil),          // 6: logic.v1.EnableUserRequest
+	(*IssueTokenRequest)(nil),          // 7: logic.v1.IssueTokenRequest
+	(*IssueTokenReply)(nil),            // 8: logic.v1.IssueTokenReply
+	(*RevokeTokensRequest)(nil),        // 9: logic.v1.RevokeTokensRequest
+	(*RevokeTokensReply)(nil),          // 10: logic.v1.RevokeTokensReply
+	(*FriendPair)(nil),                 // 11: logic.v1.FriendPair
+	(*FriendRequestRequest)(nil),       // 12: logic.v1.FriendRequestRequest
+	(*BlockRequest)(nil),               // 13: logic.v1.BlockRequest
+	(*ChangeReply)(nil),                // 14: logic.v1.ChangeReply
+	(*ListRequest)(nil),                // 15: logic.v1.ListRequest
+	(*Friend)(nil),                     // 16: logic.v1.Friend
+	(*ListFriendsReply)(nil),           // 17: logic.v1.ListFriendsReply
+	(*Blocked)(nil),                    // 18: logic.v1.Blocked
+	(*ListBlocksReply)(nil),            // 19: logic.v1.ListBlocksReply
+	(*Group)(nil),                      // 20: logic.v1.Group
+	(*GroupReply)(nil),                 // 21: logic.v1.GroupReply
+	(*CreateGroupRequest)(nil),         // 22: logic.v1.CreateGroupRequest
+	(*GroupRef)(nil),                   // 23: logic.v1.GroupRef
+	(*ChangeGroupMembersRequest)(nil),  // 24: logic.v1.ChangeGroupMembersRequest
+	(*LeaveGroupRequest)(nil),          // 25: logic.v1.LeaveGroupRequest
+	(*SetGroupRoleRequest)(nil),        // 26: logic.v1.SetGroupRoleRequest
+	(*MuteGroupRequest)(nil),           // 27: logic.v1.MuteGroupRequest
+	(*MuteGroupMemberRequest)(nil),     // 28: logic.v1.MuteGroupMemberRequest
+	(*TransferGroupRequest)(nil),       // 29: logic.v1.TransferGroupRequest
+	(*UpdateGroupRequest)(nil),         // 30: logic.v1.UpdateGroupRequest
+	(*ListGroupMembersRequest)(nil),    // 31: logic.v1.ListGroupMembersRequest
+	(*GroupMember)(nil),                // 32: logic.v1.GroupMember
+	(*ListGroupMembersReply)(nil),      // 33: logic.v1.ListGroupMembersReply
+	(*SendMessageRequest)(nil),         // 34: logic.v1.SendMessageRequest
+	(*SendMessageReply)(nil),           // 35: logic.v1.SendMessageReply
+	(*GetHistoryRequest)(nil),          // 36: logic.v1.GetHistoryRequest
+	(*HistoryMessage)(nil),             // 37: logic.v1.HistoryMessage
+	(*GetHistoryReply)(nil),            // 38: logic.v1.GetHistoryReply
+	(*PushToUsersRequest)(nil),         // 39: logic.v1.PushToUsersRequest
+	(*BroadcastRequest)(nil),           // 40: logic.v1.BroadcastRequest
+	(*PushReply)(nil),                  // 41: logic.v1.PushReply
+	(*GetPresenceRequest)(nil),         // 42: logic.v1.GetPresenceRequest
+	(*Device)(nil),                     // 43: logic.v1.Device
+	(*Presence)(nil),                   // 44: logic.v1.Presence
+	(*GetPresenceReply)(nil),           // 45: logic.v1.GetPresenceReply
+	(*ListGatesRequest)(nil),           // 46: logic.v1.ListGatesRequest
+	(*GateInfo)(nil),                   // 47: logic.v1.GateInfo
+	(*ListGatesReply)(nil),             // 48: logic.v1.ListGatesReply
+	(*RegisterPushTokenRequest)(nil),   // 49: logic.v1.RegisterPushTokenRequest
+	(*UnregisterPushTokenRequest)(nil), // 50: logic.v1.UnregisterPushTokenRequest
+	(*PushTokenReply)(nil),             // 51: logic.v1.PushTokenReply
+	(*PushSettings)(nil),               // 52: logic.v1.PushSettings
+	(*GetPushSettingsRequest)(nil),     // 53: logic.v1.GetPushSettingsRequest
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -3495,40 +3815,48 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	40, // 39: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
 	42, // 40: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
 	46, // 41: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	3,  // 42: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 43: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 44: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 45: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 46: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 47: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 48: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 49: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 50: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 51: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 52: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 53: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 54: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 55: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 56: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 57: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 58: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 59: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 60: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 61: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 62: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 63: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 64: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 65: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 66: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 67: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 68: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	38, // 69: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	41, // 70: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	41, // 71: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	45, // 72: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	48, // 73: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	42, // [42:74] is the sub-list for method output_type
-	10, // [10:42] is the sub-list for method input_type
+	49, // 42: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	50, // 43: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	52, // 44: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	53, // 45: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	3,  // 46: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 47: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 48: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 49: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 50: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 51: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 52: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 53: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 54: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 55: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 56: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 57: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 58: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 59: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 60: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 61: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 62: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 63: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 64: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 65: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 66: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 67: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 68: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 69: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 70: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 71: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 72: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	38, // 73: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	41, // 74: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	41, // 75: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	45, // 76: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	48, // 77: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	51, // 78: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	51, // 79: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	52, // 80: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	52, // 81: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	46, // [46:82] is the sub-list for method output_type
+	10, // [10:46] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -3547,7 +3875,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,38 +19,42 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Api_UpsertUser_FullMethodName         = "/logic.v1.Api/UpsertUser"
-	Api_GetUser_FullMethodName            = "/logic.v1.Api/GetUser"
-	Api_DisableUser_FullMethodName        = "/logic.v1.Api/DisableUser"
-	Api_EnableUser_FullMethodName         = "/logic.v1.Api/EnableUser"
-	Api_IssueToken_FullMethodName         = "/logic.v1.Api/IssueToken"
-	Api_RevokeTokens_FullMethodName       = "/logic.v1.Api/RevokeTokens"
-	Api_AddFriend_FullMethodName          = "/logic.v1.Api/AddFriend"
-	Api_RequestFriend_FullMethodName      = "/logic.v1.Api/RequestFriend"
-	Api_AcceptFriend_FullMethodName       = "/logic.v1.Api/AcceptFriend"
-	Api_RemoveFriend_FullMethodName       = "/logic.v1.Api/RemoveFriend"
-	Api_ListFriends_FullMethodName        = "/logic.v1.Api/ListFriends"
-	Api_Block_FullMethodName              = "/logic.v1.Api/Block"
-	Api_Unblock_FullMethodName            = "/logic.v1.Api/Unblock"
-	Api_ListBlocks_FullMethodName         = "/logic.v1.Api/ListBlocks"
-	Api_CreateGroup_FullMethodName        = "/logic.v1.Api/CreateGroup"
-	Api_AddGroupMembers_FullMethodName    = "/logic.v1.Api/AddGroupMembers"
-	Api_RemoveGroupMembers_FullMethodName = "/logic.v1.Api/RemoveGroupMembers"
-	Api_LeaveGroup_FullMethodName         = "/logic.v1.Api/LeaveGroup"
-	Api_SetGroupRole_FullMethodName       = "/logic.v1.Api/SetGroupRole"
-	Api_MuteGroup_FullMethodName          = "/logic.v1.Api/MuteGroup"
-	Api_MuteGroupMember_FullMethodName    = "/logic.v1.Api/MuteGroupMember"
-	Api_TransferGroup_FullMethodName      = "/logic.v1.Api/TransferGroup"
-	Api_DissolveGroup_FullMethodName      = "/logic.v1.Api/DissolveGroup"
-	Api_UpdateGroup_FullMethodName        = "/logic.v1.Api/UpdateGroup"
-	Api_GetGroup_FullMethodName           = "/logic.v1.Api/GetGroup"
-	Api_ListGroupMembers_FullMethodName   = "/logic.v1.Api/ListGroupMembers"
-	Api_SendMessage_FullMethodName        = "/logic.v1.Api/SendMessage"
-	Api_GetHistory_FullMethodName         = "/logic.v1.Api/GetHistory"
-	Api_PushToUsers_FullMethodName        = "/logic.v1.Api/PushToUsers"
-	Api_Broadcast_FullMethodName          = "/logic.v1.Api/Broadcast"
-	Api_GetPresence_FullMethodName        = "/logic.v1.Api/GetPresence"
-	Api_ListGates_FullMethodName          = "/logic.v1.Api/ListGates"
+	Api_UpsertUser_FullMethodName          = "/logic.v1.Api/UpsertUser"
+	Api_GetUser_FullMethodName             = "/logic.v1.Api/GetUser"
+	Api_DisableUser_FullMethodName         = "/logic.v1.Api/DisableUser"
+	Api_EnableUser_FullMethodName          = "/logic.v1.Api/EnableUser"
+	Api_IssueToken_FullMethodName          = "/logic.v1.Api/IssueToken"
+	Api_RevokeTokens_FullMethodName        = "/logic.v1.Api/RevokeTokens"
+	Api_AddFriend_FullMethodName           = "/logic.v1.Api/AddFriend"
+	Api_RequestFriend_FullMethodName       = "/logic.v1.Api/RequestFriend"
+	Api_AcceptFriend_FullMethodName        = "/logic.v1.Api/AcceptFriend"
+	Api_RemoveFriend_FullMethodName        = "/logic.v1.Api/RemoveFriend"
+	Api_ListFriends_FullMethodName         = "/logic.v1.Api/ListFriends"
+	Api_Block_FullMethodName               = "/logic.v1.Api/Block"
+	Api_Unblock_FullMethodName             = "/logic.v1.Api/Unblock"
+	Api_ListBlocks_FullMethodName          = "/logic.v1.Api/ListBlocks"
+	Api_CreateGroup_FullMethodName         = "/logic.v1.Api/CreateGroup"
+	Api_AddGroupMembers_FullMethodName     = "/logic.v1.Api/AddGroupMembers"
+	Api_RemoveGroupMembers_FullMethodName  = "/logic.v1.Api/RemoveGroupMembers"
+	Api_LeaveGroup_FullMethodName          = "/logic.v1.Api/LeaveGroup"
+	Api_SetGroupRole_FullMethodName        = "/logic.v1.Api/SetGroupRole"
+	Api_MuteGroup_FullMethodName           = "/logic.v1.Api/MuteGroup"
+	Api_MuteGroupMember_FullMethodName     = "/logic.v1.Api/MuteGroupMember"
+	Api_TransferGroup_FullMethodName       = "/logic.v1.Api/TransferGroup"
+	Api_DissolveGroup_FullMethodName       = "/logic.v1.Api/DissolveGroup"
+	Api_UpdateGroup_FullMethodName         = "/logic.v1.Api/UpdateGroup"
+	Api_GetGroup_FullMethodName            = "/logic.v1.Api/GetGroup"
+	Api_ListGroupMembers_FullMethodName    = "/logic.v1.Api/ListGroupMembers"
+	Api_SendMessage_FullMethodName         = "/logic.v1.Api/SendMessage"
+	Api_GetHistory_FullMethodName          = "/logic.v1.Api/GetHistory"
+	Api_PushToUsers_FullMethodName         = "/logic.v1.Api/PushToUsers"
+	Api_Broadcast_FullMethodName           = "/logic.v1.Api/Broadcast"
+	Api_GetPresence_FullMethodName         = "/logic.v1.Api/GetPresence"
+	Api_ListGates_FullMethodName           = "/logic.v1.Api/ListGates"
+	Api_RegisterPushToken_FullMethodName   = "/logic.v1.Api/RegisterPushToken"
+	Api_UnregisterPushToken_FullMethodName = "/logic.v1.Api/UnregisterPushToken"
+	Api_SetPushSettings_FullMethodName     = "/logic.v1.Api/SetPushSettings"
+	Api_GetPushSettings_FullMethodName     = "/logic.v1.Api/GetPushSettings"
 )
 
 // ApiClient is the client API for Api service.
@@ -139,6 +143,16 @@ type ApiClient interface {
 	// ListGates lists the live gates with their client addresses and
 	// connection counts (also on logic's admin HTTP at /gates).
 	ListGates(ctx context.Context, in *ListGatesRequest, opts ...grpc.CallOption) (*ListGatesReply, error)
+	// RegisterPushToken stores a device's push token (APNs, FCM or a named
+	// push gateway), replacing the one the device had; the same token on
+	// another device or user moves here.
+	RegisterPushToken(ctx context.Context, in *RegisterPushTokenRequest, opts ...grpc.CallOption) (*PushTokenReply, error)
+	// UnregisterPushToken removes a device's push token.
+	UnregisterPushToken(ctx context.Context, in *UnregisterPushTokenRequest, opts ...grpc.CallOption) (*PushTokenReply, error)
+	// SetPushSettings sets what a user's notifications show.
+	SetPushSettings(ctx context.Context, in *PushSettings, opts ...grpc.CallOption) (*PushSettings, error)
+	// GetPushSettings reads a user's push settings.
+	GetPushSettings(ctx context.Context, in *GetPushSettingsRequest, opts ...grpc.CallOption) (*PushSettings, error)
 }
 
 type apiClient struct {
@@ -469,6 +483,46 @@ func (c *apiClient) ListGates(ctx context.Context, in *ListGatesRequest, opts ..
 	return out, nil
 }
 
+func (c *apiClient) RegisterPushToken(ctx context.Context, in *RegisterPushTokenRequest, opts ...grpc.CallOption) (*PushTokenReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushTokenReply)
+	err := c.cc.Invoke(ctx, Api_RegisterPushToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) UnregisterPushToken(ctx context.Context, in *UnregisterPushTokenRequest, opts ...grpc.CallOption) (*PushTokenReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushTokenReply)
+	err := c.cc.Invoke(ctx, Api_UnregisterPushToken_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) SetPushSettings(ctx context.Context, in *PushSettings, opts ...grpc.CallOption) (*PushSettings, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushSettings)
+	err := c.cc.Invoke(ctx, Api_SetPushSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) GetPushSettings(ctx context.Context, in *GetPushSettingsRequest, opts ...grpc.CallOption) (*PushSettings, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PushSettings)
+	err := c.cc.Invoke(ctx, Api_GetPushSettings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ApiServer is the server API for Api service.
 // All implementations must embed UnimplementedApiServer
 // for forward compatibility.
@@ -555,6 +609,16 @@ type ApiServer interface {
 	// ListGates lists the live gates with their client addresses and
 	// connection counts (also on logic's admin HTTP at /gates).
 	ListGates(context.Context, *ListGatesRequest) (*ListGatesReply, error)
+	// RegisterPushToken stores a device's push token (APNs, FCM or a named
+	// push gateway), replacing the one the device had; the same token on
+	// another device or user moves here.
+	RegisterPushToken(context.Context, *RegisterPushTokenRequest) (*PushTokenReply, error)
+	// UnregisterPushToken removes a device's push token.
+	UnregisterPushToken(context.Context, *UnregisterPushTokenRequest) (*PushTokenReply, error)
+	// SetPushSettings sets what a user's notifications show.
+	SetPushSettings(context.Context, *PushSettings) (*PushSettings, error)
+	// GetPushSettings reads a user's push settings.
+	GetPushSettings(context.Context, *GetPushSettingsRequest) (*PushSettings, error)
 	mustEmbedUnimplementedApiServer()
 }
 
@@ -660,6 +724,18 @@ func (UnimplementedApiServer) GetPresence(context.Context, *GetPresenceRequest) 
 }
 func (UnimplementedApiServer) ListGates(context.Context, *ListGatesRequest) (*ListGatesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGates not implemented")
+}
+func (UnimplementedApiServer) RegisterPushToken(context.Context, *RegisterPushTokenRequest) (*PushTokenReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RegisterPushToken not implemented")
+}
+func (UnimplementedApiServer) UnregisterPushToken(context.Context, *UnregisterPushTokenRequest) (*PushTokenReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method UnregisterPushToken not implemented")
+}
+func (UnimplementedApiServer) SetPushSettings(context.Context, *PushSettings) (*PushSettings, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPushSettings not implemented")
+}
+func (UnimplementedApiServer) GetPushSettings(context.Context, *GetPushSettingsRequest) (*PushSettings, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPushSettings not implemented")
 }
 func (UnimplementedApiServer) mustEmbedUnimplementedApiServer() {}
 func (UnimplementedApiServer) testEmbeddedByValue()             {}
@@ -1258,6 +1334,78 @@ func _Api_ListGates_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_RegisterPushToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RegisterPushTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).RegisterPushToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_RegisterPushToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).RegisterPushToken(ctx, req.(*RegisterPushTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_UnregisterPushToken_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UnregisterPushTokenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).UnregisterPushToken(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_UnregisterPushToken_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).UnregisterPushToken(ctx, req.(*UnregisterPushTokenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_SetPushSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PushSettings)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).SetPushSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_SetPushSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).SetPushSettings(ctx, req.(*PushSettings))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_GetPushSettings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPushSettingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).GetPushSettings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_GetPushSettings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).GetPushSettings(ctx, req.(*GetPushSettingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Api_ServiceDesc is the grpc.ServiceDesc for Api service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1392,6 +1540,22 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListGates",
 			Handler:    _Api_ListGates_Handler,
+		},
+		{
+			MethodName: "RegisterPushToken",
+			Handler:    _Api_RegisterPushToken_Handler,
+		},
+		{
+			MethodName: "UnregisterPushToken",
+			Handler:    _Api_UnregisterPushToken_Handler,
+		},
+		{
+			MethodName: "SetPushSettings",
+			Handler:    _Api_SetPushSettings_Handler,
+		},
+		{
+			MethodName: "GetPushSettings",
+			Handler:    _Api_GetPushSettings_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -25,6 +25,8 @@ import {
   type Id,
   type MailboxEvent,
   type Message,
+  type PushPreview,
+  type PushToken,
   type SendAck,
   type SyncInboxData,
   type SyncMessagesData,
@@ -1042,6 +1044,26 @@ export class SparkClient {
     if (newest === "0") return;
     const r = await this.request<{ conversation_id: Id; msg_id: Id }>(Cmd.READ_MESSAGE, { conversation_id: conversationId, msg_id: newest });
     this.applyRead(conversationId, idOf(r.data.msg_id));
+  }
+
+  /**
+   * Registers this device's offline-push token (PUSH_SETTINGS register),
+   * replacing the one it had. Call it after every connect: the platform
+   * may have rotated the token.
+   */
+  async registerPushToken(t: PushToken): Promise<void> {
+    await this.request(Cmd.PUSH_SETTINGS, { op: "register", ...t });
+  }
+
+  /** Removes this device's push token (signing out). */
+  async unregisterPushToken(): Promise<void> {
+    await this.request(Cmd.PUSH_SETTINGS, { op: "unregister" });
+  }
+
+  /** Sets (or, without an argument, reads) what the user's notifications show. */
+  async pushPreview(preview?: PushPreview): Promise<PushPreview> {
+    const r = await this.request<{ preview: PushPreview }>(Cmd.PUSH_SETTINGS, preview ? { op: "preview", preview } : { op: "preview" });
+    return r.data.preview;
   }
 
   /** The conversation list: pinned first, then by last activity; hidden ones left out. */

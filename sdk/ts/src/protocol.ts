@@ -24,6 +24,7 @@ export const Cmd = {
   TRANSIENT: 18,
   RELATION: 19,
   GROUP: 20,
+  PUSH_SETTINGS: 21,
 } as const;
 
 /** Error codes (docs/protocol.md §5 says what each means and what a client does). */
@@ -53,6 +54,15 @@ export const EventType = {
 
 /** conversation_type values. */
 export const ConversationType = { P2P: 1, GROUP: 2 } as const;
+
+/** A device's offline-push token (PUSH_SETTINGS op register, docs/protocol.md §11). */
+export type PushToken =
+  | { platform: "apns"; token: string; topic: string; sandbox?: boolean }
+  | { platform: "fcm"; token: string }
+  | { platform: "gateway"; token: string; gateway: string };
+
+/** What the user's notifications show. */
+export type PushPreview = "full" | "sender" | "none";
 
 /** A decimal 64-bit id. */
 export type Id = string;
