@@ -41,6 +41,9 @@ type CodeError struct {
 	// RetryAfter is the server's hint, when it gave one (data
 	// retry_after_ms of a 42901), of how long to wait before trying again.
 	RetryAfter time.Duration
+	// Rejection is set on a 40302 (errcode.Rejected): the business
+	// server's own code and reason for refusing the message.
+	Rejection *envelope.Rejected
 }
 
 func (e *CodeError) Error() string {
@@ -164,6 +167,10 @@ func (r Reply) Err() error {
 	var hint envelope.RetryAfter
 	if len(r.Envelope.Data) > 0 && json.Unmarshal(r.Envelope.Data, &hint) == nil && hint.RetryAfterMs > 0 {
 		e.RetryAfter = time.Duration(hint.RetryAfterMs) * time.Millisecond
+	}
+	var rej envelope.Rejected
+	if e.Code == errcode.Rejected && json.Unmarshal(r.Envelope.Data, &rej) == nil {
+		e.Rejection = &rej
 	}
 	return e
 }

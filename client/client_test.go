@@ -266,6 +266,23 @@ func TestSendReturnsCodeError(t *testing.T) {
 	}
 }
 
+// A 40302 carries the business server's code and reason into the
+// CodeError, and Send does not retry it.
+func TestSendRejectedCarriesBusinessCodeAndReason(t *testing.T) {
+	s := newFakeServer(t)
+	c := s.dial(Options{SendBackoff: time.Millisecond})
+	go func() {
+		f := s.read()
+		s.answer(f, protocol.CmdSendMessage, envelope.FromError("r", errcode.Reject(7001, "no links")))
+	}()
+	_, err := c.SendText(context.Background(), 2, "http://spam")
+	var ce *CodeError
+	if !errors.As(err, &ce) || ce.Code != errcode.Rejected || ce.Rejection == nil ||
+		ce.Rejection.RejectCode != 7001 || ce.Rejection.RejectReason != "no links" {
+		t.Fatalf("err %v (%+v)", err, ce)
+	}
+}
+
 // A 42901 carries the server's retry-after hint into the CodeError; other
 // codes have none.
 func TestCodeErrorRetryAfter(t *testing.T) {

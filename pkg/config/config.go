@@ -283,7 +283,53 @@ type Logic struct {
 	// sends as (SendMessage with system: true): messages show it as their
 	// sender, so it must be an id the business never gives a person.
 	SystemUserID int64 `mapstructure:"system_user_id"`
+	// BeforeSend is the business server's synchronous before-send hook
+	// (docs/api.md, "Before-send hook"; docs/decisions.md, "A synchronous
+	// before-send hook").
+	BeforeSend BeforeSend `mapstructure:"before_send"`
 }
+
+// BeforeSend configures logic.before_send: an HTTP POST to the business
+// server before a send is committed, whose answer allows, rejects or
+// rewrites the message.
+type BeforeSend struct {
+	// URL is the hook's http(s) URL; empty turns the hook off. It is
+	// operator config, so loopback and private addresses are allowed.
+	URL string `mapstructure:"url"`
+	// P2P, Group and API select the sends that call the hook: a client's
+	// one-to-one and group sends, and the business API's SendMessage
+	// (whatever its conversation).
+	P2P   bool `mapstructure:"p2p"`
+	Group bool `mapstructure:"group"`
+	API   bool `mapstructure:"api"`
+	// Timeout bounds one call, at most MaxBeforeSendTimeout: the sender
+	// waits for it.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// OnError and OnTimeout are what a send does when the hook fails
+	// (transport error, non-200 answer, malformed answer, content that
+	// does not validate) or does not answer in time: HookAllow commits
+	// the message as sent, HookReject refuses it with 50301. While the
+	// breaker is open, OnError applies at once.
+	OnError   string `mapstructure:"on_error"`
+	OnTimeout string `mapstructure:"on_timeout"`
+	// BreakerFailures consecutive failures (errors or timeouts) open the
+	// breaker; after BreakerCooldown one probe call is let through
+	// (half-open): its success closes the breaker, its failure opens it
+	// again.
+	BreakerFailures int           `mapstructure:"breaker_failures"`
+	BreakerCooldown time.Duration `mapstructure:"breaker_cooldown"`
+}
+
+// The values of logic.before_send.on_error and on_timeout.
+const (
+	HookAllow  = "allow"
+	HookReject = "reject"
+)
+
+// MaxBeforeSendTimeout is the most logic.before_send.timeout may be: the
+// sender's SEND_ACK waits for the hook, and logic.request_timeout must
+// leave room for the commit after it.
+const MaxBeforeSendTimeout = 5 * time.Second
 
 // RateLimit configures logic.rate_limit: a bucket per device and one per
 // client address for each class of client command, and the block of an
@@ -444,6 +490,16 @@ func Default() *Config {
 			RequestTimeout: 8 * time.Second,
 			P2PPolicy:      P2POpen,
 			SystemUserID:   1,
+			// Off until a URL is set; when set, every kind of send calls
+			// it, and a failing hook lets messages through (a chat that
+			// stops because a moderation service is down is the worse
+			// outage; an operator who must moderate every message sets
+			// reject).
+			BeforeSend: BeforeSend{
+				URL: "", P2P: true, Group: true, API: true,
+				Timeout: 1500 * time.Millisecond, OnError: HookAllow, OnTimeout: HookAllow,
+				BreakerFailures: 5, BreakerCooldown: 10 * time.Second,
+			},
 		},
 		Deliver: Deliver{
 			ID:        "deliver-1",
@@ -681,6 +737,40 @@ func (l Logic) Validate() error {
 		// A typo must not silently open a friends-only deployment.
 		errs = append(errs, fmt.Errorf("config: logic.p2p_policy is %q; want %q or %q", l.P2PPolicy, P2POpen, P2PFriendsOnly))
 	}
+	errs = append(errs, l.BeforeSend.Validate())
+	if l.BeforeSend.Timeout >= l.RequestTimeout {
+		// The send waits for the hook, then commits: both within the
+		// request's own deadline.
+		errs = append(errs, fmt.Errorf("config: logic.before_send.timeout (%v) must be below logic.request_timeout (%v)",
+			l.BeforeSend.Timeout, l.RequestTimeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks logic.before_send. The URL may name any host, loopback
+// and private ranges included (an operator's own service); it must parse
+// as an absolute http(s) URL.
+func (b BeforeSend) Validate() error {
+	var errs []error
+	if b.URL != "" {
+		u, err := url.Parse(b.URL)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("config: logic.before_send.url: %w", err))
+		case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+			errs = append(errs, fmt.Errorf("config: logic.before_send.url %q: want an http:// or https:// URL with a host", b.URL))
+		}
+	}
+	if b.Timeout <= 0 || b.Timeout > MaxBeforeSendTimeout {
+		errs = append(errs, fmt.Errorf("config: logic.before_send.timeout %v must be above 0 and at most %v", b.Timeout, MaxBeforeSendTimeout))
+	}
+	for _, p := range []struct{ key, v string }{{"on_error", b.OnError}, {"on_timeout", b.OnTimeout}} {
+		if p.v != HookAllow && p.v != HookReject {
+			errs = append(errs, fmt.Errorf("config: logic.before_send.%s is %q; want %q or %q", p.key, p.v, HookAllow, HookReject))
+		}
+	}
+	errs = positive(errs, intKey{"logic.before_send.breaker_failures", b.BreakerFailures})
+	errs = positive(errs, durKey{"logic.before_send.breaker_cooldown", b.BreakerCooldown})
 	return errors.Join(errs...)
 }
 

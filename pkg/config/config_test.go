@@ -325,3 +325,49 @@ func TestLoadRedisClusterAddrsFromFileAndEnv(t *testing.T) {
 		t.Fatalf("a single server with db 5 refused: %v", err)
 	}
 }
+
+// logic.before_send: a loopback URL is operator config and accepted; a URL
+// that does not parse as http(s), a timeout over 5 s or not below
+// logic.request_timeout, an unknown policy and a breaker without a
+// threshold or cooldown are refused at load.
+func TestLoadBeforeSend(t *testing.T) {
+	t.Setenv("IM_LOGIC_BEFORE_SEND_URL", "http://127.0.0.1:8080/hooks/before-send")
+	t.Setenv("IM_LOGIC_BEFORE_SEND_ON_TIMEOUT", "reject")
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.Logic.BeforeSend
+	if b.URL != "http://127.0.0.1:8080/hooks/before-send" || b.OnTimeout != HookReject || b.OnError != HookAllow ||
+		b.Timeout != 1500*time.Millisecond || !b.P2P || !b.Group || !b.API {
+		t.Fatalf("before_send = %+v", b)
+	}
+	refused := []struct {
+		name, key, value string
+	}{
+		{"url without scheme", "IM_LOGIC_BEFORE_SEND_URL", "127.0.0.1:8080/hook"},
+		{"url of another scheme", "IM_LOGIC_BEFORE_SEND_URL", "ftp://hooks.example/x"},
+		{"url that does not parse", "IM_LOGIC_BEFORE_SEND_URL", "http://[::1"},
+		{"timeout over 5s", "IM_LOGIC_BEFORE_SEND_TIMEOUT", "5001ms"},
+		{"timeout zero", "IM_LOGIC_BEFORE_SEND_TIMEOUT", "0s"},
+		{"timeout not below request_timeout", "IM_LOGIC_REQUEST_TIMEOUT", "1s"},
+		{"unknown error policy", "IM_LOGIC_BEFORE_SEND_ON_ERROR", "retry"},
+		{"unknown timeout policy", "IM_LOGIC_BEFORE_SEND_ON_TIMEOUT", "Allow"},
+		{"breaker without threshold", "IM_LOGIC_BEFORE_SEND_BREAKER_FAILURES", "0"},
+		{"breaker without cooldown", "IM_LOGIC_BEFORE_SEND_BREAKER_COOLDOWN", "0s"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			if _, err := Load(""); err == nil {
+				t.Fatalf("%s=%s accepted", tt.key, tt.value)
+			}
+		})
+	}
+	t.Run("5s exactly", func(t *testing.T) {
+		t.Setenv("IM_LOGIC_BEFORE_SEND_TIMEOUT", "5s")
+		if _, err := Load(""); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

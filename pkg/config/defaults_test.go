@@ -28,6 +28,7 @@ var zeroByDesign = map[string]bool{
 	"logic.redis.db":                true,
 	"logic.jwt_secret":              true,
 	"logic.api_keys":                true,
+	"logic.before_send.url":         true, // the hook is off until the operator names one
 	"deliver.redis.addrs":           true,
 	"deliver.redis.cluster":         true,
 	"deliver.redis.password":        true,

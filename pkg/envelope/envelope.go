@@ -3,6 +3,7 @@
 package envelope
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/json"
@@ -87,10 +88,28 @@ type RetryAfter struct {
 	RetryAfterMs int64 `json:"retry_after_ms"`
 }
 
+// Rejected is the data of a 40302 failure envelope: the business
+// server's own code and reason for refusing the message.
+type Rejected struct {
+	RejectCode   int64  `json:"reject_code"`
+	RejectReason string `json:"reject_reason"`
+}
+
 // FromError builds the failure envelope for err (see errcode.Of), with
-// its retry-after hint when it has one.
+// its retry-after hint or the business's rejection when it has one.
 func FromError(requestID string, err error) []byte {
 	c, m := errcode.Of(err)
+	if r := errcode.RejectionOf(err); r != nil {
+		if m == "" {
+			m = c.Message()
+		}
+		// Written without HTML escaping, as every server JSON (docs/protocol.md §3).
+		var data bytes.Buffer
+		enc := json.NewEncoder(&data)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(Rejected{RejectCode: r.Code, RejectReason: r.Reason})
+		return build(make([]byte, 0, 128+data.Len()), c, m, requestID, bytes.TrimSuffix(data.Bytes(), []byte("\n")))
+	}
 	return FailRetry(requestID, c, m, errcode.RetryAfterOf(err))
 }
 

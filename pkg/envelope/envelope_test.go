@@ -25,6 +25,7 @@ func TestEnvelopes(t *testing.T) {
 		{"fail with retry-after rounds up to ms", FailRetry(ids.Next(), errcode.RateLimited, "slow down", 1500*time.Microsecond), errcode.RateLimited, `{"retry_after_ms":2}`},
 		{"fail with no retry-after", FailRetry(ids.Next(), errcode.RateLimited, "", 0), errcode.RateLimited, `{}`},
 		{"from limited error", FromError(ids.Next(), fmt.Errorf("wrapped: %w", errcode.Limited("", 3*time.Second))), errcode.RateLimited, `{"retry_after_ms":3000}`},
+		{"from rejection, reason unescaped", FromError(ids.Next(), fmt.Errorf("send: %w", errcode.Reject(7001, `no <a> & "b"`))), errcode.Rejected, `{"reject_code":7001,"reject_reason":"no <a> & \"b\""}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,6 +18,7 @@ const (
 	BadToken        Code = "40101"
 	NotAuthed       Code = "40102"
 	Forbidden       Code = "40301"
+	Rejected        Code = "40302"
 	NotFound        Code = "40401"
 	Conflict        Code = "40901"
 	TooLarge        Code = "41301"
@@ -32,6 +33,7 @@ var messages = map[Code]string{
 	BadToken:        "bad or expired token",
 	NotAuthed:       "not authenticated",
 	Forbidden:       "forbidden",
+	Rejected:        "rejected by the business server",
 	NotFound:        "not found",
 	Conflict:        "conflict",
 	TooLarge:        "too large",
@@ -42,7 +44,7 @@ var messages = map[Code]string{
 
 // All lists every code in table order, for documentation and tests.
 func All() []Code {
-	return []Code{OK, InvalidArgument, BadToken, NotAuthed, Forbidden, NotFound, Conflict, TooLarge, RateLimited, Internal, Busy}
+	return []Code{OK, InvalidArgument, BadToken, NotAuthed, Forbidden, Rejected, NotFound, Conflict, TooLarge, RateLimited, Internal, Busy}
 }
 
 // Message is the default human-readable text of c.
@@ -61,6 +63,19 @@ type Error struct {
 	// RetryAfter, when positive, is how long the client should wait before
 	// trying again; the failure envelope carries it as data.retry_after_ms.
 	RetryAfter time.Duration
+	// Rejection, set on a 40302 only, is the business server's own code
+	// and reason for refusing a message (the before-send hook); the
+	// failure envelope carries them as data.reject_code and
+	// data.reject_reason.
+	Rejection *Rejection
+}
+
+// Rejection is the business server's refusal of a message.
+type Rejection struct {
+	// Code is the business's own code (a positive number it chose).
+	Code int64
+	// Reason is the business's text for the user.
+	Reason string
 }
 
 func (e *Error) Error() string {
@@ -92,6 +107,24 @@ func Limited(msg string, retryAfter time.Duration) *Error {
 	e := New(RateLimited, msg)
 	e.RetryAfter = retryAfter
 	return e
+}
+
+// Reject returns the 40302 of a message the business server refused with
+// its code and reason.
+func Reject(code int64, reason string) *Error {
+	e := New(Rejected, "rejected by the business server: "+reason)
+	e.Rejection = &Rejection{Code: code, Reason: reason}
+	return e
+}
+
+// RejectionOf returns the business's refusal carried by the outermost
+// *Error in err's chain, nil when there is none.
+func RejectionOf(err error) *Rejection {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Rejection
+	}
+	return nil
 }
 
 // RetryAfterOf returns the retry-after hint of the outermost *Error in

@@ -2,6 +2,7 @@ package errcode
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -32,5 +33,22 @@ func TestHelpers(t *testing.T) {
 				t.Errorf("errors.Is(cause) = %v, want %v", got, tt.hasCause)
 			}
 		})
+	}
+}
+
+// A business rejection is a 40302 whose client message names the reason
+// and whose Rejection survives wrapping; other errors carry none.
+func TestRejectCarriesBusinessCodeAndReason(t *testing.T) {
+	err := fmt.Errorf("send: %w", Reject(7001, "contains a banned word"))
+	if c, m := Of(err); c != Rejected || m != "rejected by the business server: contains a banned word" {
+		t.Errorf("Of = %s %q", c, m)
+	}
+	if r := RejectionOf(err); r == nil || r.Code != 7001 || r.Reason != "contains a banned word" {
+		t.Errorf("RejectionOf = %+v", r)
+	}
+	for _, other := range []error{New(Forbidden, ""), errors.New("plain"), nil} {
+		if r := RejectionOf(other); r != nil {
+			t.Errorf("RejectionOf(%v) = %+v, want nil", other, r)
+		}
 	}
 }

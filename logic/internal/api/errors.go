@@ -22,7 +22,7 @@ func Code(c errcode.Code) codes.Code {
 		return codes.InvalidArgument
 	case errcode.BadToken, errcode.NotAuthed:
 		return codes.Unauthenticated
-	case errcode.Forbidden:
+	case errcode.Forbidden, errcode.Rejected:
 		return codes.PermissionDenied
 	case errcode.NotFound:
 		return codes.NotFound
@@ -53,6 +53,9 @@ func (s *Server) statusOf(op string, err error) error {
 	c := Code(e.Code)
 	if c == codes.Internal || c == codes.Unavailable {
 		s.log.Warn("api call failed", zap.String("rpc", op), zap.Error(err))
+	}
+	if e.Rejection != nil {
+		return withRejection(e.Code, e.Msg, e.Rejection)
 	}
 	return withCode(e.Code, e.Msg)
 }

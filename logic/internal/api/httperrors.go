@@ -30,7 +30,7 @@ func HTTPStatus(c errcode.Code) int {
 		return http.StatusBadRequest
 	case errcode.BadToken, errcode.NotAuthed:
 		return http.StatusUnauthorized
-	case errcode.Forbidden:
+	case errcode.Forbidden, errcode.Rejected:
 		return http.StatusForbidden
 	case errcode.NotFound:
 		return http.StatusNotFound
@@ -72,25 +72,51 @@ func fromGRPC(c codes.Code) errcode.Code {
 // withCode is the status error of a protocol code: the gRPC code Code
 // maps it to, the message, and the ErrorInfo detail with the exact code.
 func withCode(c errcode.Code, msg string) error {
+	return withInfo(c, msg, nil)
+}
+
+// The ErrorInfo metadata keys of a 40302: the business server's code and
+// reason for refusing the message (the before-send hook).
+const (
+	MetaRejectCode   = "reject_code"
+	MetaRejectReason = "reject_reason"
+)
+
+// withRejection is withCode with the business's rejection in the
+// ErrorInfo's metadata.
+func withRejection(c errcode.Code, msg string, r *errcode.Rejection) error {
+	return withInfo(c, msg, map[string]string{
+		MetaRejectCode: strconv.FormatInt(r.Code, 10), MetaRejectReason: r.Reason,
+	})
+}
+
+func withInfo(c errcode.Code, msg string, meta map[string]string) error {
 	st := status.New(Code(c), msg)
-	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(c), Domain: ErrorDomain}); err == nil {
+	if d, err := st.WithDetails(&errdetails.ErrorInfo{Reason: string(c), Domain: ErrorDomain, Metadata: meta}); err == nil {
 		st = d
 	}
 	return st.Err()
 }
 
+// infoOf is the API's ErrorInfo detail of err, nil when it has none.
+func infoOf(err error) *errdetails.ErrorInfo {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
+			return info
+		}
+	}
+	return nil
+}
+
 // CodeOf is the protocol code of an error the API answered: the
 // ErrorInfo detail's when there is one, else the gRPC code's (fromGRPC).
 func CodeOf(err error) errcode.Code {
-	st := status.Convert(err)
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == ErrorDomain {
-			if _, err := strconv.Atoi(info.GetReason()); err == nil {
-				return errcode.Code(info.GetReason())
-			}
+	if info := infoOf(err); info != nil {
+		if _, err := strconv.Atoi(info.GetReason()); err == nil {
+			return errcode.Code(info.GetReason())
 		}
 	}
-	return fromGRPC(st.Code())
+	return fromGRPC(status.Code(err))
 }
 
 // ErrorBody is the one error shape of the HTTP/JSON door.
@@ -99,6 +125,10 @@ type ErrorBody struct {
 	Code int `json:"code"`
 	// Message is the client-facing message, as over gRPC.
 	Message string `json:"message"`
+	// RejectCode and RejectReason are set on a 40302 only: the business
+	// server's own code and reason for refusing the message.
+	RejectCode   int64  `json:"reject_code,omitempty"`
+	RejectReason string `json:"reject_reason,omitempty"`
 }
 
 // writeError writes err in the one error shape with its HTTP status.
@@ -110,9 +140,14 @@ func writeError(w http.ResponseWriter, err error) {
 		msg = errcode.Internal.Message()
 	}
 	n, _ := strconv.Atoi(string(c))
+	body := ErrorBody{Code: n, Message: msg}
+	if info := infoOf(err); c == errcode.Rejected && info != nil {
+		body.RejectCode, _ = strconv.ParseInt(info.GetMetadata()[MetaRejectCode], 10, 64)
+		body.RejectReason = info.GetMetadata()[MetaRejectReason]
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(HTTPStatus(c))
-	_ = json.NewEncoder(w).Encode(ErrorBody{Code: n, Message: msg})
+	_ = json.NewEncoder(w).Encode(body)
 }
 
 // gatewayError is the gateway's error handler: every error, whichever

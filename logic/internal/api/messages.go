@@ -18,12 +18,12 @@ import (
 // send path as SEND_MESSAGE (idempotency, permissions, ordered commit,
 // enqueue), without a client's rate limits.
 func (s *Server) SendMessage(ctx context.Context, req *logicv1.SendMessageRequest) (*logicv1.SendMessageReply, error) {
-	from := message.Sender{UserID: req.SenderId}
+	from := message.Sender{UserID: req.SenderId, API: true}
 	switch {
 	case req.System && req.SenderId != 0:
 		return nil, invalid("sender_id", "must be 0 with system (the system account is logic.system_user_id)")
 	case req.System:
-		from = message.Sender{UserID: s.cfg.SystemUserID, System: true}
+		from = message.Sender{UserID: s.cfg.SystemUserID, System: true, API: true}
 	case req.SenderId <= 0:
 		return nil, invalid("sender_id", "must be a positive id (or set system)")
 	}

@@ -11,15 +11,15 @@ import (
 // This file is the gateway's one error table: how a domain error becomes
 // the client's answer. The client protocol's codes are pkg/errcode's, so
 // an *errcode.Error answers its code and client message as they are (with
-// its retry-after hint); any other error answers 50001 with the generic
+// its retry-after hint or its business rejection); any other error answers 50001 with the generic
 // message, its text going to the log only. On AUTH, a bad token and a
 // refused client address also end the connection (closesAfterAuth).
 
 // failure is the code and the failure envelope answering request rid
 // with err.
 func failure(rid string, err error) (errcode.Code, []byte) {
-	code, msg := errcode.Of(err)
-	return code, envelope.FailRetry(rid, code, msg, errcode.RetryAfterOf(err))
+	code, _ := errcode.Of(err)
+	return code, envelope.FromError(rid, err)
 }
 
 // closesAfterAuth reports whether an AUTH that failed with err closes the

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/conversation"
+	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
@@ -69,18 +70,9 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 	if !protocol.ValidClientMsgID(req.ClientMsgID) {
 		return nil, errcode.New(errcode.InvalidArgument, "client_msg_id must be 1-64 printable ASCII characters")
 	}
-	content, err := protocol.CanonicalContent(req.MessageType, req.Content)
-	if errors.Is(err, protocol.ErrContentTooLarge) {
-		return nil, errcode.Wrap(errcode.TooLarge, "content over 64 KiB", err)
-	}
+	content, err := s.checkContent(&req, req.Content)
 	if err != nil {
-		return nil, errcode.Wrap(errcode.InvalidArgument, err.Error(), err)
-	}
-	// Its push and a sync page holding it must fit in a frame, or every
-	// client would close on them; checked before any store call, from
-	// the exact upper bound.
-	if !protocol.MessageFits(len(content), len(req.ClientMsgID), s.cfg.MaxFrameSize) {
-		return nil, errcode.New(errcode.TooLarge, fmt.Sprintf("message over max_frame_size (%d bytes) once framed", s.cfg.MaxFrameSize))
+		return nil, err
 	}
 
 	conv, err := s.convs.Resolve(ctx, from.UserID, req.To)
@@ -105,6 +97,13 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 		return nil, err
 	}
 	conv = opened
+	if kind, ok := s.hookKind(from, conv); ok {
+		checked, ack, err := s.beforeSend(ctx, kind, from, conv, &req, content)
+		if err != nil || ack != nil {
+			return ack, err
+		}
+		content = checked
+	}
 	// The client's msg_id is checked here, outside every lock (its lease
 	// check may ask Redis); under the row lock only "above last_msg_id"
 	// and the clock are checked again.
@@ -123,6 +122,82 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 		s.logCommitted(row, from)
 	}
 	return ackOf(row), nil
+}
+
+// checkContent is the check of a send's content, the client's and a
+// before-send hook's rewrite alike: its type and form, 64 KiB, and the
+// size rule. It returns the compact form that is stored.
+func (s *Service) checkContent(req *SendRequest, raw json.RawMessage) ([]byte, error) {
+	content, err := protocol.CanonicalContent(req.MessageType, raw)
+	if errors.Is(err, protocol.ErrContentTooLarge) {
+		return nil, errcode.Wrap(errcode.TooLarge, "content over 64 KiB", err)
+	}
+	if err != nil {
+		return nil, errcode.Wrap(errcode.InvalidArgument, err.Error(), err)
+	}
+	// Its push and a sync page holding it must fit in a frame, or every
+	// client would close on them; checked before any store call, from
+	// the exact upper bound.
+	if !protocol.MessageFits(len(content), len(req.ClientMsgID), s.cfg.MaxFrameSize) {
+		return nil, errcode.New(errcode.TooLarge, fmt.Sprintf("message over max_frame_size (%d bytes) once framed", s.cfg.MaxFrameSize))
+	}
+	return content, nil
+}
+
+// hookKind is the before-send hook's switch covering a send, and whether
+// the hook is on for it.
+func (s *Service) hookKind(from Sender, conv conversation.Conversation) (sendhook.Kind, bool) {
+	kind := sendhook.P2P
+	switch {
+	case from.API:
+		kind = sendhook.API
+	case conv.Type == protocol.ConversationGroup:
+		kind = sendhook.Group
+	}
+	return kind, s.cfg.BeforeSend.Covers(kind)
+}
+
+// beforeSend asks the business server's hook about a send it covers,
+// after the permission checks (it judges only what would be committed)
+// and before the commit (a rejected message is never stored, so never
+// delivered or counted unread). It returns the content to commit, or the
+// Ack of a retry, or the rejection (decision "A synchronous before-send
+// hook").
+//
+// A retry of a committed send is answered from the store without asking
+// the hook again: the message was judged when it was first sent, and a
+// hook that changed its mind must not refuse a message that is already
+// delivered. A key whose stored content differs from the resend's (the
+// hook rewrote it, or the client reused the key) asks the hook, and the
+// commit compares the stored row with the answer's content as always.
+func (s *Service) beforeSend(ctx context.Context, kind sendhook.Kind, from Sender, conv conversation.Conversation, req *SendRequest, content []byte) ([]byte, *Ack, error) {
+	nm := newMessage(from, conv, req, content)
+	row, err := s.store.FindByClientMsgID(ctx, nm.SenderID, conv.ID, nm.ClientMsgID)
+	switch {
+	case err == nil && retryOf(row, nm) == nil:
+		if err := s.enqueue(ctx, row, conv, req.Flags); err != nil {
+			return nil, nil, err
+		}
+		return nil, ackOf(row), nil
+	case err != nil && !errors.Is(err, store.ErrNotFound):
+		return nil, nil, errcode.Unavailable("idempotency lookup", err)
+	}
+	msg := &sendhook.Message{
+		Kind: "p2p", Origin: "client", SenderID: from.UserID, DeviceID: from.DeviceID, System: from.System,
+		ConversationID: conv.ID, ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
+	}
+	if from.API {
+		msg.Origin = "api"
+	}
+	if conv.Type == protocol.ConversationGroup {
+		msg.Kind, msg.GroupID = "group", conv.GroupID
+	} else {
+		msg.ToUserID = conv.Peer(from.UserID)
+	}
+	out, err := s.cfg.BeforeSend.Check(ctx, kind, msg, func(raw json.RawMessage) ([]byte, error) {
+		return s.checkContent(req, raw)
+	})
+	return out, nil, err
 }
 
 // newMessage is the row a send of from into conv writes.

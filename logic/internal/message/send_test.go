@@ -63,6 +63,7 @@ func testConfig(over message.Config) message.Config {
 	keepOrSet(&c.CommitBatch, over.CommitBatch)
 	keepOrSet(&c.MaxFrameSize, over.MaxFrameSize)
 	c.Conversations = over.Conversations
+	c.BeforeSend = over.BeforeSend
 	return c
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/metrics"
+	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/config"
 )
@@ -48,13 +49,15 @@ type Config struct {
 	// MaxFrameSize is the clients' frame limit (logic.max_frame_size): a
 	// message is refused (41301) unless its MESSAGE push fits.
 	MaxFrameSize int
+	// BeforeSend is the business server's before-send hook; nil: off.
+	BeforeSend *sendhook.Hook
 	// Conversations resolves and authorizes send targets; nil means a
 	// resolver whose P2P policy only requires that the recipient exists.
 	Conversations *conversation.Resolver
 }
 
 // ConfigFrom takes the send path's settings from a loaded configuration
-// (Conversations left nil).
+// (Conversations and BeforeSend left nil).
 func ConfigFrom(c *config.Config) Config {
 	return Config{
 		MsgIDWindow: c.Logic.MsgIDWindow, EnqueueRetries: c.Logic.EnqueueRetries, Partitions: c.Queue.Partitions,
@@ -142,4 +145,7 @@ type Sender struct {
 	// System marks the business API's system account: it may send into
 	// any conversation, and the P2P policy does not apply to it.
 	System bool
+	// API marks a send of the business API (SendMessage): the before-send
+	// hook's api switch covers it, whatever its conversation.
+	API bool
 }

@@ -35,6 +35,19 @@ type Metrics struct {
 	// DrainRejects counts requests answered 50301 without being handled
 	// because the process was draining (they never reach Requests).
 	DrainRejects prometheus.Counter
+	// HookCalls counts before-send hook calls by send kind (p2p, group,
+	// api) and result: allow, reject, modify, invalid (a rewrite that
+	// failed validation, also counted as modify), error, timeout, or
+	// open (refused by the breaker, no call made).
+	HookCalls *prometheus.CounterVec
+	// HookLatency is the time of one before-send hook call.
+	HookLatency prometheus.Histogram
+	// HookBreakerState is the hook breaker's state: 0 closed, 1
+	// half-open, 2 open.
+	HookBreakerState prometheus.Gauge
+	// HookFallbacks counts sends the failure policy decided, by cause
+	// (error, timeout, open) and policy (allow, reject).
+	HookFallbacks *prometheus.CounterVec
 }
 
 // New creates and registers the collectors on reg (nil: not registered).
@@ -88,10 +101,28 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "spark", Subsystem: "logic", Name: "drain_rejects_total",
 			Help: "Requests answered 50301 unhandled because logic was draining.",
 		}),
+		HookCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "hook_calls_total",
+			Help: "Before-send hook calls, by send kind and result (allow, reject, modify, invalid, error, timeout, open).",
+		}, []string{"kind", "result"}),
+		HookLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "hook_call_seconds",
+			Help:    "Time of one before-send hook call.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+		}),
+		HookBreakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "hook_breaker_state",
+			Help: "Before-send hook breaker: 0 closed, 1 half-open, 2 open.",
+		}),
+		HookFallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "hook_fallbacks_total",
+			Help: "Sends decided by the before-send hook's failure policy, by cause (error, timeout, open) and policy (allow, reject).",
+		}, []string{"cause", "policy"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams,
-			m.GatewayBatchSize, m.SendBatchSize, m.SendCommits, m.SendAck, m.DrainRejects)
+			m.GatewayBatchSize, m.SendBatchSize, m.SendCommits, m.SendAck, m.DrainRejects,
+			m.HookCalls, m.HookLatency, m.HookBreakerState, m.HookFallbacks)
 	}
 	// The fixed result sets are exported from the start (at 0), so a
 	// failure rate is a series before the first failure.

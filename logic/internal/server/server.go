@@ -38,6 +38,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/relation"
+	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/user"
 	"github.com/sparkim/spark/pkg/admin"
@@ -229,6 +230,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	sendCfg := message.ConfigFrom(cfg)
 	sendCfg.Conversations = conversation.NewResolver(st, ids.Next, relSvc, groupSvc)
+	sendCfg.BeforeSend = sendhook.New(lc.BeforeSend, log, m)
 	sendSvc, err := message.New(st, rdb, ids, sendCfg, log, m)
 	if err != nil {
 		return err

@@ -114,15 +114,29 @@ export interface Reply<T = unknown> {
   data: T;
 }
 
+/** The data of a 40302 (Code.REJECTED): the business server's refusal. */
+export interface Rejection {
+  /** The business's own code (a positive number it defines). */
+  reject_code: number;
+  /** The business's text for the user. */
+  reject_reason: string;
+}
+
 /** A request answered with a non-"0" code. */
 export class CodeError extends Error {
   readonly command: number;
   readonly code: string;
-  constructor(command: number, code: string, msg: string) {
+  /** Set on a 40302 (Code.REJECTED): why the business server refused the message. */
+  readonly rejection?: Rejection;
+  constructor(command: number, code: string, msg: string, data?: unknown) {
     super(`spark: command ${command} failed: ${code} ${msg}`);
     this.name = "CodeError";
     this.command = command;
     this.code = code;
+    if (code === Code.REJECTED && data && typeof data === "object") {
+      const d = data as Partial<Rejection>;
+      this.rejection = { reject_code: Number(d.reject_code ?? 0), reject_reason: String(d.reject_reason ?? "") };
+    }
   }
 }
 
@@ -1011,7 +1025,7 @@ export class SparkClient {
           return m;
         }
         if (r.code === Code.OK) throw new Error(`spark: send answered with command ${r.command}`);
-        const ce = new CodeError(r.command, r.code, r.msg);
+        const ce = new CodeError(r.command, r.code, r.msg, r.data);
         if (r.code !== Code.BUSY) throw ce;
         last = ce;
       } catch (e) {

@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import { gzipSync } from "node:zlib";
 
-import { Cmd, MemoryStore, SparkClient, backoffDelay, decodeFrame, encodeFrame, stateKey } from "../dist/src/index.js";
+import { Cmd, Code, MemoryStore, SparkClient, backoffDelay, decodeFrame, encodeFrame, stateKey } from "../dist/src/index.js";
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -314,6 +314,19 @@ test("send retries across a dropped connection and gives up at once on other cod
   assert.deepEqual(gate.sent(Cmd.SEND_MESSAGE).map((f) => f.json.client_msg_id), ["across", "across"]);
   await assert.rejects(c.sendText({ toUserId: "1002" }, "no", { clientMsgId: "denied" }), (e) => e.name === "CodeError" && e.code === "40301");
   assert.equal(gate.sent(Cmd.SEND_MESSAGE).filter((f) => f.json.client_msg_id === "denied").length, 1);
+  c.close();
+});
+
+test("a send the business server rejects fails at once with its reject_code and reject_reason", async () => {
+  const gate = new Gate();
+  gate.handlers[Cmd.SEND_MESSAGE] = (s, f) => s.reply(f, Cmd.SEND_MESSAGE, { reject_code: 7001, reject_reason: "no <links> & such" }, "40302");
+  const { c } = newClient(gate);
+  c.connect();
+  await assert.rejects(
+    c.sendText({ toUserId: "1002" }, "http://spam", { clientMsgId: "vetoed" }),
+    (e) => e.name === "CodeError" && e.code === Code.REJECTED && e.rejection.reject_code === 7001 && e.rejection.reject_reason === "no <links> & such",
+  );
+  assert.equal(gate.sent(Cmd.SEND_MESSAGE).length, 1, "a rejection is not retried");
   c.close();
 });
 
