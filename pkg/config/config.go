@@ -17,6 +17,8 @@ import (
 
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
+
+	"github.com/sparkim/spark/pkg/stdwebhook"
 )
 
 // Config is the whole configuration.
@@ -296,6 +298,10 @@ type BeforeSend struct {
 	// URL is the hook's http(s) URL; empty turns the hook off. It is
 	// operator config, so loopback and private addresses are allowed.
 	URL string `mapstructure:"url"`
+	// Secret signs every hook request as Standard Webhooks do
+	// ("whsec_" + base64 of 24 to 64 bytes), so the business server can
+	// verify it came from logic; required when URL is set.
+	Secret string `mapstructure:"secret"`
 	// P2P, Group and API select the sends that call the hook: a client's
 	// one-to-one and group sends, and the business API's SendMessage
 	// (whatever its conversation).
@@ -759,6 +765,9 @@ func (b BeforeSend) Validate() error {
 			errs = append(errs, fmt.Errorf("config: logic.before_send.url: %w", err))
 		case (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
 			errs = append(errs, fmt.Errorf("config: logic.before_send.url %q: want an http:// or https:// URL with a host", b.URL))
+		}
+		if _, err := stdwebhook.ParseSecret(b.Secret); err != nil {
+			errs = append(errs, fmt.Errorf("config: logic.before_send.secret (required with logic.before_send.url): %w", err))
 		}
 	}
 	if b.Timeout <= 0 || b.Timeout > MaxBeforeSendTimeout {

@@ -327,11 +327,12 @@ func TestLoadRedisClusterAddrsFromFileAndEnv(t *testing.T) {
 }
 
 // logic.before_send: a loopback URL is operator config and accepted; a URL
-// that does not parse as http(s), a timeout over 5 s or not below
+// that does not parse as http(s), a URL without a whsec_ secret, a timeout over 5 s or not below
 // logic.request_timeout, an unknown policy and a breaker without a
 // threshold or cooldown are refused at load.
 func TestLoadBeforeSend(t *testing.T) {
 	t.Setenv("IM_LOGIC_BEFORE_SEND_URL", "http://127.0.0.1:8080/hooks/before-send")
+	t.Setenv("IM_LOGIC_BEFORE_SEND_SECRET", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
 	t.Setenv("IM_LOGIC_BEFORE_SEND_ON_TIMEOUT", "reject")
 	c, err := Load("")
 	if err != nil {
@@ -348,6 +349,8 @@ func TestLoadBeforeSend(t *testing.T) {
 		{"url without scheme", "IM_LOGIC_BEFORE_SEND_URL", "127.0.0.1:8080/hook"},
 		{"url of another scheme", "IM_LOGIC_BEFORE_SEND_URL", "ftp://hooks.example/x"},
 		{"url that does not parse", "IM_LOGIC_BEFORE_SEND_URL", "http://[::1"},
+		{"url without a secret", "IM_LOGIC_BEFORE_SEND_SECRET", ""},
+		{"secret without whsec_", "IM_LOGIC_BEFORE_SEND_SECRET", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
 		{"timeout over 5s", "IM_LOGIC_BEFORE_SEND_TIMEOUT", "5001ms"},
 		{"timeout zero", "IM_LOGIC_BEFORE_SEND_TIMEOUT", "0s"},
 		{"timeout not below request_timeout", "IM_LOGIC_REQUEST_TIMEOUT", "1s"},

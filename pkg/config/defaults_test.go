@@ -29,6 +29,7 @@ var zeroByDesign = map[string]bool{
 	"logic.jwt_secret":              true,
 	"logic.api_keys":                true,
 	"logic.before_send.url":         true, // the hook is off until the operator names one
+	"logic.before_send.secret":      true,
 	"deliver.redis.addrs":           true,
 	"deliver.redis.cluster":         true,
 	"deliver.redis.password":        true,

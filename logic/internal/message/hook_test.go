@@ -71,8 +71,12 @@ func TestSendBeforeSendHook(t *testing.T) {
 	e := newEnv(t)
 	hs, url := newHookServer(t)
 	hc := config.Default().Logic.BeforeSend
-	hc.URL, hc.API = url, false
-	svc, _ := e.service(t, 24, message.Config{BeforeSend: sendhook.New(hc, nil, e.metrics)})
+	hc.URL, hc.Secret, hc.API = url, "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", false
+	hook, err := sendhook.New(hc, nil, e.metrics)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, _ := e.service(t, 24, message.Config{BeforeSend: hook})
 	u := e.users(t, 2)
 	ctx := context.Background()
 	from := message.Sender{UserID: u[0], DeviceID: "phone"}

@@ -20,7 +20,9 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/stdwebhook"
 )
 
 // Kind is which switch of logic.before_send covers a send.
@@ -105,6 +107,8 @@ var errOpen = errors.New("sendhook: breaker open")
 // Hook calls the business server's before-send hook.
 type Hook struct {
 	url       string
+	secret    stdwebhook.Secret
+	ids       *envelope.IDSource
 	covers    [3]bool
 	timeout   time.Duration
 	onError   string
@@ -117,9 +121,13 @@ type Hook struct {
 
 // New returns the hook of c, or nil when c names no URL (the hook is off).
 // c has passed config.BeforeSend.Validate.
-func New(c config.BeforeSend, log *zap.Logger, m *metrics.Metrics) *Hook {
+func New(c config.BeforeSend, log *zap.Logger, m *metrics.Metrics) (*Hook, error) {
 	if c.URL == "" {
-		return nil
+		return nil, nil
+	}
+	secret, err := stdwebhook.ParseSecret(c.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("sendhook: logic.before_send.secret: %w", err)
 	}
 	if log == nil {
 		log = zap.NewNop()
@@ -128,7 +136,7 @@ func New(c config.BeforeSend, log *zap.Logger, m *metrics.Metrics) *Hook {
 		m = metrics.New(nil)
 	}
 	h := &Hook{
-		url: c.URL, covers: [3]bool{P2P: c.P2P, Group: c.Group, API: c.API},
+		url: c.URL, secret: secret, ids: envelope.NewIDSource(), covers: [3]bool{P2P: c.P2P, Group: c.Group, API: c.API},
 		timeout: c.Timeout, onError: c.OnError, onTimeout: c.OnTimeout,
 		// Its own transport: the hook's connections are kept alive
 		// between sends, and never shared with another client's limits.
@@ -141,7 +149,7 @@ func New(c config.BeforeSend, log *zap.Logger, m *metrics.Metrics) *Hook {
 		m.HookBreakerState.Set(float64(s))
 	})
 	m.HookBreakerState.Set(float64(Closed))
-	return h
+	return h, nil
 }
 
 // Covers reports whether sends of kind k call the hook (false on a nil
@@ -228,6 +236,9 @@ func (h *Hook) post(ctx context.Context, msg *Message) (answer, error) {
 		return answer{}, fmt.Errorf("sendhook: request: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// Signed as the webhooks are, so the business server verifies both
+	// the same way; the id is new for every call.
+	stdwebhook.SetHeaders(req.Header, "bs_"+h.ids.Next(), time.Now().Unix(), body, h.secret)
 	resp, err := h.client.Do(req)
 	if err != nil {
 		if cctx.Err() != nil && ctx.Err() == nil {

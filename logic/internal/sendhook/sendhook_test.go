@@ -18,6 +18,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/stdwebhook"
 )
 
 func TestParseAnswer(t *testing.T) {
@@ -187,6 +188,12 @@ func newScript(t *testing.T, replies ...reply) *script {
 			http.Error(w, "bad hook request", http.StatusBadRequest)
 			return
 		}
+		secret, _ := stdwebhook.ParseSecret(testSecret)
+		if err := stdwebhook.Verify(r.Header, body, time.Now(), secret); err != nil || !strings.HasPrefix(r.Header.Get(stdwebhook.HeaderID), "bs_") {
+			t.Errorf("hook request not signed: %v (id %q)", err, r.Header.Get(stdwebhook.HeaderID))
+			http.Error(w, "unsigned", http.StatusUnauthorized)
+			return
+		}
 		s.got <- m
 		if rep.delay > 0 {
 			select {
@@ -202,13 +209,29 @@ func newScript(t *testing.T, replies ...reply) *script {
 	return s
 }
 
+// testSecret is the Standard Webhooks specification's example secret.
+const testSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+func mustNew(t *testing.T, c config.BeforeSend) *Hook {
+	t.Helper()
+	h, err := New(c, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
 func hookFor(url, onError, onTimeout string) (*Hook, *metrics.Metrics) {
 	c := config.Default().Logic.BeforeSend
-	c.URL, c.OnError, c.OnTimeout = url, onError, onTimeout
+	c.URL, c.Secret, c.OnError, c.OnTimeout = url, testSecret, onError, onTimeout
 	c.Timeout = 200 * time.Millisecond
 	c.BreakerFailures, c.BreakerCooldown = 2, time.Hour
 	m := metrics.New(nil)
-	return New(c, nil, m), m
+	h, err := New(c, nil, m)
+	if err != nil {
+		panic(err)
+	}
+	return h, m
 }
 
 func testMessage() *Message {
@@ -351,15 +374,15 @@ func TestCallerCancelIsNotAHookFailure(t *testing.T) {
 
 func TestCovers(t *testing.T) {
 	c := config.Default().Logic.BeforeSend
-	if New(c, nil, nil) != nil {
+	if mustNew(t, c) != nil {
 		t.Fatal("a hook without a URL is on")
 	}
 	var off *Hook
 	if off.Covers(P2P) {
 		t.Fatal("a nil hook covers p2p")
 	}
-	c.URL, c.Group = "http://127.0.0.1:1/x", false
-	h := New(c, nil, nil)
+	c.URL, c.Secret, c.Group = "http://127.0.0.1:1/x", testSecret, false
+	h := mustNew(t, c)
 	if !h.Covers(P2P) || h.Covers(Group) || !h.Covers(API) {
 		t.Fatalf("covers p2p %v group %v api %v", h.Covers(P2P), h.Covers(Group), h.Covers(API))
 	}

@@ -230,7 +230,9 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	sendCfg := message.ConfigFrom(cfg)
 	sendCfg.Conversations = conversation.NewResolver(st, ids.Next, relSvc, groupSvc)
-	sendCfg.BeforeSend = sendhook.New(lc.BeforeSend, log, m)
+	if sendCfg.BeforeSend, err = sendhook.New(lc.BeforeSend, log, m); err != nil {
+		return err
+	}
 	sendSvc, err := message.New(st, rdb, ids, sendCfg, log, m)
 	if err != nil {
 		return err
