@@ -393,6 +393,12 @@ type Deliver struct {
 	// LogicTimeout bounds one AppendMailbox call, over every logic tried,
 	// so an unreachable logic never holds a partition.
 	LogicTimeout time.Duration `mapstructure:"logic_timeout"`
+	// GateAddrTTL is how long a gate's resolved push address is trusted:
+	// short, so a gate restarted on a new port is found again quickly.
+	GateAddrTTL time.Duration `mapstructure:"gate_addr_ttl"`
+	// MemberCacheIDs bounds the group member ids held in memory over every
+	// group (8 bytes each).
+	MemberCacheIDs int `mapstructure:"member_cache_ids"`
 }
 
 // Default returns the built-in configuration with every field filled: the
@@ -518,6 +524,9 @@ func Default() *Config {
 			PushTimeout:  3 * time.Second,
 			LogicAddrs:   []string{"127.0.0.1:9000"},
 			LogicTimeout: 2 * time.Second,
+			GateAddrTTL:  2 * time.Second,
+			// 2 million ids are 16 MiB.
+			MemberCacheIDs: 2_000_000,
 		},
 	}
 }
@@ -793,11 +802,12 @@ func (d Deliver) Validate() error {
 	if len(d.LogicAddrs) == 0 {
 		errs = append(errs, errors.New("config: deliver.logic_addrs is empty"))
 	}
-	errs = positive(errs, intKey{"deliver.batch_size", d.BatchSize})
+	errs = positive(errs, intKey{"deliver.batch_size", d.BatchSize}, intKey{"deliver.member_cache_ids", d.MemberCacheIDs})
 	errs = positive(errs,
 		durKey{"deliver.lease_ttl", d.LeaseTTL},
 		durKey{"deliver.push_timeout", d.PushTimeout},
 		durKey{"deliver.logic_timeout", d.LogicTimeout},
+		durKey{"deliver.gate_addr_ttl", d.GateAddrTTL},
 	)
 	return errors.Join(errs...)
 }

@@ -192,6 +192,8 @@ func TestValidateRefusesZeroes(t *testing.T) {
 		{"deliver.batch_size", func(c *Config) { c.Deliver.BatchSize = 0 }},
 		{"deliver.push_timeout", func(c *Config) { c.Deliver.PushTimeout = 0 }},
 		{"deliver.logic_timeout", func(c *Config) { c.Deliver.LogicTimeout = 0 }},
+		{"deliver.gate_addr_ttl", func(c *Config) { c.Deliver.GateAddrTTL = 0 }},
+		{"deliver.member_cache_ids", func(c *Config) { c.Deliver.MemberCacheIDs = 0 }},
 		{"deliver.id", func(c *Config) { c.Deliver.ID = "" }},
 	}
 	for _, tt := range tests {

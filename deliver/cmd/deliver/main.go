@@ -71,7 +71,10 @@ func run(cfgPath string) error {
 
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
-	gates := gateclient.New(rdb, cfg.Cluster.Secret, 0)
+	gates, err := gateclient.New(rdb, cfg.Cluster.Secret, d.GateAddrTTL)
+	if err != nil {
+		return err
+	}
 	defer func() { _ = gates.Close() }()
 	logics, err := logicclient.New(d.LogicAddrs, cfg.Cluster.Secret, d.LogicTimeout)
 	if err != nil {
@@ -82,7 +85,11 @@ func run(cfgPath string) error {
 	if err != nil {
 		return err
 	}
-	fo.SetMembers(members.New(logics, 0))
+	mc, err := members.New(logics, d.MemberCacheIDs)
+	if err != nil {
+		return err
+	}
+	fo.SetMembers(mc)
 	svc, err := service.New(rdb, service.ConfigFrom(cfg), fo, log, m)
 	if err != nil {
 		return err

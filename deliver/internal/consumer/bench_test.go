@@ -54,7 +54,10 @@ func BenchmarkBatch64(b *testing.B) {
 			}
 		}
 	}
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
 	b.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
 	fo, err := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)

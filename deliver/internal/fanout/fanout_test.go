@@ -140,7 +140,10 @@ func TestProcessPushesOncePerGate(t *testing.T) {
 		}
 	}
 
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	data := []byte(`{"msg_id":"77","text":"hi"}`)
@@ -228,7 +231,10 @@ func TestProcessGateUnreachable(t *testing.T) {
 	if err := rdb.HSet(ctx, rediskey.Route(2), "a", v).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
 	f := mustNew(t, rdb, pool, nil, 500*time.Millisecond, zap.NewNop(), m)
@@ -293,7 +299,10 @@ func TestMessageUpdatesLists(t *testing.T) {
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Pinned: true})
 	v1, v2 := version(t, rdb, 1, cid), version(t, rdb, 2, cid)
 
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
@@ -391,7 +400,10 @@ func TestMessageUpdatesLists(t *testing.T) {
 func TestMessageAbsentStateOnlyBumpsVersion(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 6
@@ -432,7 +444,10 @@ func TestSignalPushesCommandOnly(t *testing.T) {
 	if err := rdb.Set(ctx, rediskey.DeliverDone(cid, 10), 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	lg := gatetest.StartLogic(t, secret)
 	lc, err := logicclient.New([]string{lg.Addr}, secret, time.Second)
@@ -526,7 +541,10 @@ func TestMissedPushesGoToMailbox(t *testing.T) {
 			}
 		}
 	}
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	lg := gatetest.StartLogic(t, secret)
 	// The first logic refuses connections: the call moves on to the next.
@@ -637,7 +655,10 @@ func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
 		set(uid, "b", "g2", uint64(200+uid))
 		seedState(t, rdb, uid, uid-1, dialog.State{Type: 1, PeerID: 1, Base: 1})
 	}
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 
@@ -727,7 +748,10 @@ func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
 func TestBatchListsAfterScriptFlush(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 9
@@ -752,7 +776,10 @@ func TestBatchListsAfterScriptFlush(t *testing.T) {
 func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 12
@@ -795,7 +822,10 @@ func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
 func TestMutedConversationCountsNoUnread(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 13
@@ -839,7 +869,10 @@ func TestGroupJobExpandsMembers(t *testing.T) {
 	for _, uid := range []int64{31, 32, 33} {
 		seedState(t, rdb, uid, cid, dialog.State{Type: 2, GroupID: 4, LastMsgID: 10, Base: 10})
 	}
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	src := &groupMembers{ids: []int64{31, 32, 33}}
@@ -907,7 +940,10 @@ func TestGroupRecallDoesMemberWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lc.Close() })
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	f := mustNew(t, rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	f.SetMembers(&groupMembers{ids: []int64{31, 32, 33}})

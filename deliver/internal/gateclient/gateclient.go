@@ -24,11 +24,6 @@ import (
 // dead, and routes naming it are stale.
 var ErrGateGone = errors.New("gateclient: gate is not registered")
 
-// DefaultAddrTTL is how long a resolved address is trusted. It is short so a
-// restarted gate on a new address is found quickly, and long enough that a
-// busy partition does not look the gate up once per job.
-const DefaultAddrTTL = 2 * time.Second
-
 type cachedAddr struct {
 	addr    string
 	expires time.Time
@@ -47,15 +42,18 @@ type Pool struct {
 }
 
 // New returns a Pool that looks gates up in rdb and authenticates its calls
-// with secret. addrTTL <= 0 means DefaultAddrTTL.
-func New(rdb redis.Cmdable, secret string, addrTTL time.Duration) *Pool {
+// with secret, trusting a resolved address for addrTTL
+// (deliver.gate_addr_ttl): short, so a restarted gate on a new address is
+// found quickly, and long enough that a busy partition does not look the
+// gate up once per job.
+func New(rdb redis.Cmdable, secret string, addrTTL time.Duration) (*Pool, error) {
 	if addrTTL <= 0 {
-		addrTTL = DefaultAddrTTL
+		return nil, fmt.Errorf("gateclient: deliver.gate_addr_ttl %v must be positive", addrTTL)
 	}
 	return &Pool{
 		rdb: rdb, secret: secret, addrTTL: addrTTL, now: time.Now,
 		addrs: make(map[string]cachedAddr), conns: make(map[string]*grpc.ClientConn),
-	}
+	}, nil
 }
 
 // Addr returns the push address of gateID, ErrGateGone when the gate is not

@@ -20,11 +20,8 @@ type Source interface {
 	GroupMembers(ctx context.Context, conversationID, afterUserID int64, limit int) (*logicv1.GroupMembersReply, error)
 }
 
-// Defaults of the cache.
+// Bounds of a read.
 const (
-	// DefaultMaxIDs bounds the member ids held over every group (8 bytes
-	// each): 2 million is 16 MiB.
-	DefaultMaxIDs = 2_000_000
 	// pageSize is the page read from logic (its maximum).
 	pageSize = 1000
 	// readAttempts bounds the re-reads when the list changed while it was
@@ -52,12 +49,12 @@ type Cache struct {
 }
 
 // New returns a Cache reading from src and holding at most maxIDs member
-// ids (≤ 0: DefaultMaxIDs).
-func New(src Source, maxIDs int) *Cache {
+// ids (deliver.member_cache_ids).
+func New(src Source, maxIDs int) (*Cache, error) {
 	if maxIDs <= 0 {
-		maxIDs = DefaultMaxIDs
+		return nil, fmt.Errorf("members: deliver.member_cache_ids %d must be positive", maxIDs)
 	}
-	return &Cache{src: src, maxIDs: maxIDs, entries: map[int64]entry{}}
+	return &Cache{src: src, maxIDs: maxIDs, entries: map[int64]entry{}}, nil
 }
 
 // Members returns the members of a group conversation at member_version

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/sparkim/spark/pkg/config"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -71,7 +72,7 @@ func TestMembersCache(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			src := &fakeSource{lists: map[int64][]int64{1: ids(tt.size)}, version: map[int64]int64{1: tt.current}, err: tt.srcErr}
-			c := New(src, 0)
+			c := newCache(t, src, config.Default().Deliver.MemberCacheIDs)
 			if tt.cached > 0 {
 				c.put(1, entry{version: tt.cached, ids: ids(tt.size)})
 			}
@@ -114,7 +115,7 @@ func TestMembersCacheStaysWithinItsBound(t *testing.T) {
 	}
 	src.lists[99] = ids(1000) // larger than the whole bound
 	src.version[99] = 1
-	c := New(src, 350)
+	c := newCache(t, src, 350)
 	for cid := int64(1); cid <= 10; cid++ {
 		if _, err := c.Members(ctx, cid, 1); err != nil {
 			t.Fatal(err)
@@ -128,5 +129,23 @@ func TestMembersCacheStaysWithinItsBound(t *testing.T) {
 	}
 	if _, kept := c.entries[99]; kept || c.held > 350 {
 		t.Fatalf("an oversized list was kept (held %d)", c.held)
+	}
+}
+
+// newCache is New for a bound the test knows to be valid.
+func newCache(t *testing.T, src Source, maxIDs int) *Cache {
+	t.Helper()
+	c, err := New(src, maxIDs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestNewRefusesABoundBelowOne(t *testing.T) {
+	for _, n := range []int{0, -1} {
+		if _, err := New(&fakeSource{}, n); err == nil {
+			t.Errorf("New(src, %d) accepted a bound below one", n)
+		}
 	}
 }

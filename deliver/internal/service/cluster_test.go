@@ -34,7 +34,10 @@ func TestQueueLeasesAndFanOutWorkOnRedisCluster(t *testing.T) {
 	}
 	g1, g2 := startRoutedGates(t, ctx, rdb)
 	newFanout := func() *fanout.Fanout {
-		pool := gateclient.New(rdb, secret, time.Minute)
+		pool, err := gateclient.New(rdb, secret, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
 		t.Cleanup(func() { _ = pool.Close() })
 		return mustFanout(t, rdb, pool)
 	}

@@ -218,7 +218,10 @@ func TestFanOutThroughQueue(t *testing.T) {
 	ctx := context.Background()
 	g1, g2 := startRoutedGates(t, ctx, rdb)
 
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	m := metrics.New(prometheus.NewRegistry())
 	fo, err := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
@@ -405,7 +408,10 @@ func TestRedeliveredJobCountsOnce(t *testing.T) {
 			t.Fatalf("seed %d: %v %v", uid, ok, err)
 		}
 	}
-	pool := gateclient.New(rdb, secret, time.Minute)
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = pool.Close() })
 	fo := mustFanout(t, rdb, pool)
 
@@ -482,7 +488,10 @@ func TestNewFromDefaults(t *testing.T) {
 	d := c.Deliver
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: nothing runs
 	t.Cleanup(func() { _ = rdb.Close() })
-	gates := gateclient.New(rdb, c.Cluster.Secret, 0)
+	gates, err := gateclient.New(rdb, c.Cluster.Secret, d.GateAddrTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(func() { _ = gates.Close() })
 	logics, err := logicclient.New(d.LogicAddrs, c.Cluster.Secret, d.LogicTimeout)
 	if err != nil {
