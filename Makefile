@@ -90,8 +90,9 @@ e2e-cluster: services test-deps build-failpoints
 	if [ "$$got" != "$$want" ]; then echo "e2e-cluster: E2E_CLUSTER_TESTS names $$want tests, $$got exist (one renamed?)"; exit 1; fi
 	source .run/services.env && SPARK_E2E_REDIS=cluster SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 20m -parallel $(E2E_PARALLEL) -run '$(E2E_CLUSTER_RUN)' ./tests/e2e/
 
-# The chaos runner (tests/chaos, docs/decisions.md 73, 85): SPARK_CHAOS_DURATION
-# (default 4m) of mixed load on 3 gates, 2 logic and 2 deliver while
+# The chaos runner (tests/chaos, docs/decisions.md 73, 85, 88): SPARK_CHAOS_DURATION
+# (default 90s, and on until every kind of fault has happened) of mixed
+# load on 3 gates, 2 logic and 2 deliver while
 # processes are killed and Redis and MySQL stop, which must PASS the
 # checker; then a shorter run with a deliver that drops a job, which must
 # FAIL it. Verdicts and histories land in .run/artifacts/chaos/.
@@ -101,7 +102,14 @@ chaos: services test-deps build-failpoints
 	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -tags chaos -timeout 25m -run 'TestChaos' ./tests/chaos; \
 	status=$$?; for f in $${SPARK_ARTIFACTS_DIR:-.run/artifacts}/chaos/*/verdict.txt; do echo "== $$f"; cat "$$f"; done; exit $$status
 
-test: vet unit deploy-check e2e e2e-cluster chaos
+# Two stages. The first runs its parts at once: vet and the failpoint
+# build compute while the unit and deployment tests mostly wait on their
+# servers. The second runs the cluster suites one after the other, as
+# their serial tests' bounds need the CPUs to themselves (decisions 85, 88).
+test:
+	$(MAKE) services test-deps
+	$(MAKE) -j4 --output-sync=target vet unit deploy-check build-failpoints
+	$(MAKE) e2e e2e-cluster chaos
 
 # Short fuzzing of every parser (the seed corpora run in `make test` too).
 fuzz:

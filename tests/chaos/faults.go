@@ -18,6 +18,9 @@ type faultPlan struct {
 	Down time.Duration
 	// Outage is how long Redis and MySQL are stopped, once each.
 	Outage time.Duration
+	// EveryFault keeps faulting past the window until every process
+	// fault pair has been injected and both outages have happened.
+	EveryFault bool
 }
 
 // faults kills and restarts processes of a cluster, one at a time, so at
@@ -30,6 +33,8 @@ type faults struct {
 	plan faultPlan
 	logf func(string, ...any)
 	deck []processFault // what nextProcessFault deals next
+	// injected holds the process fault pairs injected so far.
+	injected map[processFault]bool
 }
 
 type target struct {
@@ -70,13 +75,20 @@ func (f *faults) record(detail string, err error) {
 	}
 }
 
-// run injects faults until ctx ends or window has passed, then makes sure
-// everything runs again.
+// run injects faults until ctx ends or window has passed (and, with
+// EveryFault, every fault has happened), then makes sure everything runs
+// again.
 func (f *faults) run(ctx context.Context, window time.Duration) {
 	start := time.Now()
 	redisAt, mysqlAt := start.Add(window*3/10), start.Add(window*6/10)
 	redisDone, mysqlDone := false, false
-	for ctx.Err() == nil && time.Since(start) < window {
+	more := func() bool {
+		if time.Since(start) < window {
+			return true
+		}
+		return f.plan.EveryFault && (!redisDone || !mysqlDone || len(f.injected) < len(processKinds)*len(processSignals))
+	}
+	for ctx.Err() == nil && more() {
 		if !sleepCtx(ctx, f.jitter(f.plan.Gap)) {
 			break
 		}
@@ -160,6 +172,12 @@ func (f *faults) processFault(ctx context.Context) {
 		err = t.proc.Kill()
 	}
 	f.record(fmt.Sprintf("%s %s", pf.how, t.proc.Name), err)
+	if err == nil {
+		if f.injected == nil {
+			f.injected = map[processFault]bool{}
+		}
+		f.injected[pf] = true
+	}
 	sleepCtx(ctx, f.jitter(f.plan.Down))
 	f.restart(t.proc)
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// mean time a process stays down (defaults 10 s and 4 s); Outage is
 	// how long Redis and MySQL are stopped (default 10 s).
 	FaultGap, FaultDown, Outage time.Duration
+	// EveryFault stretches the window past Duration until every process
+	// fault (each kind killed and stopped) and both outages have
+	// happened, so a short window still proves them all instead of
+	// being sized for the unluckiest deal.
+	EveryFault bool
 	// Calm is the length of the calm phase (default 15 s).
 	Calm time.Duration
 	// Failpoint, when set ("name=action"), is armed on every deliver at
@@ -162,7 +167,7 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 		}()
 	}
 	f := &faults{c: c, hist: hist, rng: rand.New(rand.NewPCG(cfg.Seed+1, cfg.Seed)), logf: cfg.Logf,
-		plan: faultPlan{Gap: cfg.FaultGap, Down: cfg.FaultDown, Outage: cfg.Outage}}
+		plan: faultPlan{Gap: cfg.FaultGap, Down: cfg.FaultDown, Outage: cfg.Outage, EveryFault: cfg.EveryFault}}
 	f.run(ctx, cfg.Duration)
 
 	// Recovery: everything runs again; the load goes on a little without
