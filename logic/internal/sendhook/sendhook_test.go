@@ -278,11 +278,9 @@ func TestCheckAnswersAndPolicies(t *testing.T) {
 			t.Parallel()
 			s := newScript(t, tt.reply)
 			h, m := hookFor(s.srv.URL, tt.onError, tt.onTimout)
-			start := time.Now()
+			// A slow reply answers the opposite of the timeout policy, so
+			// only an enforced timeout passes.
 			content, err := h.Check(context.Background(), P2P, testMessage(), validText)
-			if el := time.Since(start); el > 2*time.Second {
-				t.Errorf("Check took %v with a 200 ms timeout", el)
-			}
 			if tt.wantCode == "" {
 				if err != nil || string(content) != tt.wantContent {
 					t.Fatalf("content %s, err %v; want %s", content, err, tt.wantContent)
@@ -338,13 +336,9 @@ func TestBreakerOpensOnADeadHook(t *testing.T) {
 	if g := testutil.ToFloat64(m.HookBreakerState); g != float64(Open) {
 		t.Fatalf("breaker gauge %v, want open", g)
 	}
-	start := time.Now()
 	_, err := h.Check(context.Background(), Group, testMessage(), validText)
 	if c, _ := errcode.Of(err); c != errcode.Busy {
 		t.Fatalf("open breaker answered %v", err)
-	}
-	if el := time.Since(start); el > 50*time.Millisecond {
-		t.Errorf("open breaker took %v", el)
 	}
 	if n := s.calls.Load(); n != 2 {
 		t.Fatalf("hook called %d times, want 2 (the open breaker calls nothing)", n)
