@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli client/cmd/imctl
 
-.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl
 
 all: build
 
@@ -108,8 +108,17 @@ chaos: services test-deps build-failpoints
 # their serial tests' bounds need the CPUs to themselves (decisions 85, 88).
 test:
 	$(MAKE) services test-deps
-	$(MAKE) -j4 --output-sync=target vet unit deploy-check build-failpoints
+	$(MAKE) -j4 --output-sync=target vet unit deploy-check build-failpoints warm-grpcurl
 	$(MAKE) e2e e2e-cluster chaos
+
+# Compiles the grpcurl that tests/e2e/api_docs_test.go pins (its
+# grpcurlModule) into the Go build cache, so the e2e stage's own `go
+# install` of it only links: on a fresh machine its first build is about
+# 90 s of CPU, better spent while the unit tests wait on their servers.
+warm-grpcurl:
+	@mod=$$(sed -n 's/^const grpcurlModule = "\(.*\)"$$/\1/p' tests/e2e/api_docs_test.go); \
+	if [ -z "$$mod" ]; then echo "warm-grpcurl: no grpcurlModule in tests/e2e/api_docs_test.go"; exit 1; fi; \
+	d=$$(mktemp -d) && cd $$d && GOBIN=$$d GOFLAGS= GOWORK=off $(GO) install $$mod; status=$$?; rm -rf $$d; exit $$status
 
 # Short fuzzing of every parser (the seed corpora run in `make test` too).
 fuzz:
