@@ -132,29 +132,21 @@ func decodeRendered(out []byte) (*rendered, error) {
 		var obj interface{ GetName() string }
 		switch tm.APIVersion + "/" + tm.Kind {
 		case "v1/ConfigMap":
-			o := &corev1.ConfigMap{}
-			r.configMaps, obj = append(r.configMaps, o), o
+			obj = appendNew(&r.configMaps)
 		case "v1/Secret":
-			o := &corev1.Secret{}
-			r.secrets, obj = append(r.secrets, o), o
+			obj = appendNew(&r.secrets)
 		case "v1/Service":
-			o := &corev1.Service{}
-			r.services, obj = append(r.services, o), o
+			obj = appendNew(&r.services)
 		case "apps/v1/StatefulSet":
-			o := &appsv1.StatefulSet{}
-			r.statefulSets, obj = append(r.statefulSets, o), o
+			obj = appendNew(&r.statefulSets)
 		case "apps/v1/Deployment":
-			o := &appsv1.Deployment{}
-			r.deployments, obj = append(r.deployments, o), o
+			obj = appendNew(&r.deployments)
 		case "autoscaling/v2/HorizontalPodAutoscaler":
-			o := &autoscalingv2.HorizontalPodAutoscaler{}
-			r.hpas, obj = append(r.hpas, o), o
+			obj = appendNew(&r.hpas)
 		case "policy/v1/PodDisruptionBudget":
-			o := &policyv1.PodDisruptionBudget{}
-			r.pdbs, obj = append(r.pdbs, o), o
+			obj = appendNew(&r.pdbs)
 		case "monitoring.coreos.com/v1/ServiceMonitor":
-			o := &monitoringv1.ServiceMonitor{}
-			r.serviceMonitors, obj = append(r.serviceMonitors, o), o
+			obj = appendNew(&r.serviceMonitors)
 		default:
 			return nil, fmt.Errorf("%s %s: a kind the checks do not know", tm.APIVersion, tm.Kind)
 		}
@@ -168,6 +160,17 @@ func decodeRendered(out []byte) (*rendered, error) {
 		seen[key] = true
 	}
 	return r, nil
+}
+
+// appendNew appends a new, empty object to list and returns it, for the
+// decoder to fill.
+func appendNew[T any, P interface {
+	*T
+	GetName() string
+}](list *[]P) P {
+	o := P(new(T))
+	*list = append(*list, o)
+	return o
 }
 
 func stripComments(doc []byte) []byte {
