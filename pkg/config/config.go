@@ -29,6 +29,7 @@ type Config struct {
 	Gate    Gate    `mapstructure:"gate"`
 	Logic   Logic   `mapstructure:"logic"`
 	Deliver Deliver `mapstructure:"deliver"`
+	Push    Push    `mapstructure:"push"`
 }
 
 // Log configures logging.
@@ -401,6 +402,69 @@ type Deliver struct {
 	MemberCacheIDs int `mapstructure:"member_cache_ids"`
 }
 
+// Push configures offline push: deliver queues the notifications of
+// offline devices (docs/decisions.md 87) and logic sends them through the
+// providers configured here. Credentials are read from files, never
+// written in the config; with none configured nothing is sent.
+type Push struct {
+	// Enabled turns the push queue on: deliver queues notification work
+	// and logic sends it. Off, offline devices get nothing (sync still
+	// brings every message).
+	Enabled bool `mapstructure:"enabled"`
+	// Partitions is the number of push streams; deliver and logic must
+	// agree on it.
+	Partitions int `mapstructure:"partitions"`
+	// CollapseInterval is the least time between two notifications of one
+	// conversation to one user: a group storm makes one notification per
+	// interval, not one per message.
+	CollapseInterval time.Duration `mapstructure:"collapse_interval"`
+	// TTL is how long a provider keeps trying to reach a device
+	// (apns-expiration, FCM ttl).
+	TTL time.Duration `mapstructure:"ttl"`
+	// ClaimIdle is how long a notification job may wait unacknowledged
+	// before another logic takes it over (a crashed worker's jobs).
+	ClaimIdle time.Duration `mapstructure:"claim_idle"`
+	// SendTimeout bounds one provider request.
+	SendTimeout time.Duration `mapstructure:"send_timeout"`
+	// MaxAttempts bounds the tries of one notification a provider answers
+	// 429 or 5xx (honouring Retry-After between them).
+	MaxAttempts int `mapstructure:"max_attempts"`
+	// CAFile, when set, is a PEM bundle trusted for the providers' TLS
+	// instead of the system roots (a private gateway, a test).
+	CAFile string `mapstructure:"ca_file"`
+	APNs   APNs   `mapstructure:"apns"`
+	FCM    FCM    `mapstructure:"fcm"`
+	// Gateways are the push gateways devices may name, "name=https://url"
+	// each; their requests are Standard Webhooks signed with
+	// GatewaySecretFile's secret.
+	Gateways []string `mapstructure:"gateways"`
+	// GatewaySecretFile holds the signing secret ("whsec_" + base64).
+	GatewaySecretFile string `mapstructure:"gateway_secret_file"`
+}
+
+// APNs configures Apple Push Notification service with a token (.p8) key.
+type APNs struct {
+	// KeyFile is the .p8 signing key (PEM, PKCS #8 EC P-256); empty: APNs
+	// tokens are not served.
+	KeyFile string `mapstructure:"key_file"`
+	KeyID   string `mapstructure:"key_id"`
+	TeamID  string `mapstructure:"team_id"`
+	// Endpoint and SandboxEndpoint are the production and development
+	// hosts.
+	Endpoint        string `mapstructure:"endpoint"`
+	SandboxEndpoint string `mapstructure:"sandbox_endpoint"`
+}
+
+// FCM configures Firebase Cloud Messaging HTTP v1.
+type FCM struct {
+	// CredentialsFile is the service-account JSON key (its project_id,
+	// client_email, private_key and token_uri); empty: FCM tokens are not
+	// served.
+	CredentialsFile string `mapstructure:"credentials_file"`
+	// Endpoint is the FCM API host.
+	Endpoint string `mapstructure:"endpoint"`
+}
+
 // Default returns the built-in configuration with every field filled: the
 // one place a default is written. It works on a developer machine except
 // for the secrets, which have none, so production configs never inherit
@@ -528,6 +592,26 @@ func Default() *Config {
 			// 2 million ids are 16 MiB.
 			MemberCacheIDs: 2_000_000,
 		},
+		Push: Push{
+			Enabled:    false,
+			Partitions: 4,
+			// A chatty group buzzes the phone at most once in 10 s.
+			CollapseInterval: 10 * time.Second,
+			TTL:              24 * time.Hour,
+			ClaimIdle:        30 * time.Second,
+			// Under half of claim_idle (Validate).
+			SendTimeout: 10 * time.Second,
+			MaxAttempts: 5,
+			CAFile:      "",
+			APNs: APNs{
+				KeyFile: "", KeyID: "", TeamID: "",
+				Endpoint:        "https://api.push.apple.com",
+				SandboxEndpoint: "https://api.sandbox.push.apple.com",
+			},
+			FCM:               FCM{CredentialsFile: "", Endpoint: "https://fcm.googleapis.com"},
+			Gateways:          []string{},
+			GatewaySecretFile: "",
+		},
 	}
 }
 
@@ -623,6 +707,7 @@ func (c *Config) Validate() error {
 		c.Gate.Validate(),
 		c.Logic.Validate(),
 		c.Deliver.Validate(),
+		c.Push.Validate(),
 		validateCrossProcess(c),
 	}
 	if c.Queue.Partitions < 1 {
@@ -810,6 +895,59 @@ func (d Deliver) Validate() error {
 		durKey{"deliver.gate_addr_ttl", d.GateAddrTTL},
 	)
 	return errors.Join(errs...)
+}
+
+// Validate checks the push section. Credentials are checked when logic
+// loads them: a key file it cannot read fails its start.
+func (p Push) Validate() error {
+	var errs []error
+	errs = positive(errs, intKey{"push.partitions", p.Partitions}, intKey{"push.max_attempts", p.MaxAttempts})
+	errs = positive(errs,
+		durKey{"push.collapse_interval", p.CollapseInterval},
+		durKey{"push.ttl", p.TTL},
+		durKey{"push.claim_idle", p.ClaimIdle},
+		durKey{"push.send_timeout", p.SendTimeout},
+	)
+	if p.SendTimeout >= p.ClaimIdle/2 {
+		// A worker renews its claim on a notification before each try.
+		errs = append(errs, fmt.Errorf("config: push.send_timeout %v must be under half of push.claim_idle %v", p.SendTimeout, p.ClaimIdle))
+	}
+	if p.APNs.KeyFile != "" && (p.APNs.KeyID == "" || p.APNs.TeamID == "") {
+		errs = append(errs, errors.New("config: push.apns.key_file needs push.apns.key_id and push.apns.team_id"))
+	}
+	for _, u := range []struct{ key, v string }{
+		{"push.apns.endpoint", p.APNs.Endpoint}, {"push.apns.sandbox_endpoint", p.APNs.SandboxEndpoint}, {"push.fcm.endpoint", p.FCM.Endpoint},
+	} {
+		if err := httpsURL(u.key, u.v); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	seen := map[string]bool{}
+	for _, g := range p.Gateways {
+		name, u, ok := strings.Cut(g, "=")
+		if !ok || name == "" || seen[name] {
+			errs = append(errs, fmt.Errorf("config: push.gateways entry %q: want a unique name=https://url", g))
+			continue
+		}
+		seen[name] = true
+		if err := httpsURL("push.gateways "+name, u); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(p.Gateways) > 0 && p.GatewaySecretFile == "" {
+		errs = append(errs, errors.New("config: push.gateways needs push.gateway_secret_file (requests are signed)"))
+	}
+	return errors.Join(errs...)
+}
+
+// httpsURL refuses a provider address that is not an https URL: tokens
+// and message previews never travel in clear.
+func httpsURL(key, v string) error {
+	u, err := url.Parse(v)
+	if err != nil || u.Scheme != "https" || u.Host == "" {
+		return fmt.Errorf("config: %s is %q; want an https:// URL", key, v)
+	}
+	return nil
 }
 
 // RequireSecret fails when a secret the process needs is empty.

@@ -34,6 +34,15 @@ var zeroByDesign = map[string]bool{
 	"deliver.redis.cluster":         true,
 	"deliver.redis.password":        true,
 	"deliver.redis.db":              true,
+	// Push is off and has no credentials until an operator gives them.
+	"push.enabled":              true,
+	"push.ca_file":              true,
+	"push.apns.key_file":        true,
+	"push.apns.key_id":          true,
+	"push.apns.team_id":         true,
+	"push.fcm.credentials_file": true,
+	"push.gateways":             true,
+	"push.gateway_secret_file":  true,
 }
 
 // A field added to Config without a value in Default fails here (unless

@@ -47,6 +47,29 @@ func MachineLease(machineID int) string { return Prefix + "msgid:machine:" + str
 // DeliverGroup is the consumer group of the deliver streams.
 const DeliverGroup = "deliver"
 
+// Push is the push STREAM of push partition p: deliver appends the
+// notification work of offline devices, logic's push workers read it
+// (consumer group PushGroup).
+func Push(p int) string { return Prefix + "push:{p" + strconv.Itoa(p) + "}" }
+
+// PushGroup is the consumer group of the push streams.
+const PushGroup = "push"
+
+// PushSent is the idempotency key of one message's notification to one
+// device: it holds the worker that is sending it while it does, then
+// "sent" for a day, so a job taken over or queued twice never notifies a
+// device twice for one message.
+func PushSent(msgID, userID int64, deviceID string) string {
+	return Prefix + "push:sent:{" + strconv.FormatInt(userID, 10) + "}:" + strconv.FormatInt(msgID, 10) + ":" + deviceID
+}
+
+// PushCollapse holds the msg_id of the last notification of a
+// conversation to a user, for push.collapse_interval: later messages of
+// the conversation in that time send none.
+func PushCollapse(userID, conversationID int64) string {
+	return Prefix + "push:collapse:{" + strconv.FormatInt(userID, 10) + "}:" + strconv.FormatInt(conversationID, 10)
+}
+
 // Partition maps a conversation to its deliver partition: a 64-bit mix
 // of the id, modulo partitions. Conversation ids are MsgIds, whose low
 // bits are the issuing logic's machine id, so the id itself modulo

@@ -90,6 +90,9 @@ func run(cfgPath string) error {
 		return err
 	}
 	fo.SetMembers(mc)
+	if cfg.Push.Enabled {
+		fo.SetPushPartitions(cfg.Push.Partitions)
+	}
 	svc, err := service.New(rdb, service.ConfigFrom(cfg), fo, log, m)
 	if err != nil {
 		return err

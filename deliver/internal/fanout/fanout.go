@@ -149,6 +149,8 @@ type Fanout struct {
 	members Members
 	// rounds merges the batches partitions hand in at the same time.
 	rounds *rounds
+	// pushPartitions is push.partitions when offline push is on, else 0.
+	pushPartitions int
 }
 
 // Members gives a group conversation's members at a member_version or
@@ -199,6 +201,9 @@ type task struct {
 	skip   bool
 	body   []byte
 	missed []Target
+	// attempted are the targets handed to a live gate's PushBatch; those
+	// not in missed were taken by a live connection (no notification).
+	attempted []Target
 }
 
 // ProcessBatch handles a partition's jobs, in stream order, as the jobs
@@ -312,7 +317,7 @@ func (f *Fanout) process(ctx context.Context, tasks []task) error {
 		f.recordMissed(ctx, events)
 		f.m.Since(metrics.StageMailbox, start)
 	}
-	return nil
+	return f.queuePush(ctx, tasks)
 }
 
 // expandGroups fills in the recipients of group jobs (logic leaves them
@@ -645,9 +650,11 @@ func (f *Fanout) fanOut(ctx context.Context, tasks []task, routes map[int64]map[
 	}
 	for _, w := range works {
 		for _, it := range w.items {
-			if t := &tasks[it.task]; t.body == nil {
+			t := &tasks[it.task]
+			if t.body == nil {
 				t.body = envelope.OK(f.ids.Next(), t.job.GetPushData())
 			}
+			t.attempted = append(t.attempted, it.targets...)
 		}
 	}
 	var (

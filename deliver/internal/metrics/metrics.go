@@ -68,6 +68,8 @@ type Metrics struct {
 	Delivered prometheus.Counter
 	// Missing counts targets a gate no longer holds (their routes are removed).
 	Missing prometheus.Counter
+	// PushJobs counts notification-work entries queued for offline push.
+	PushJobs prometheus.Counter
 	// Dropped counts targets whose outbound queue on the gate was full.
 	Dropped prometheus.Counter
 	// StaleRoutes counts route entries removed (missing, dead gate, malformed).
@@ -115,6 +117,10 @@ func New(reg prometheus.Registerer) *Metrics {
 		Delivered: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "spark", Subsystem: "deliver", Name: "push_delivered_total", Help: "Targets whose frame a gate queued.",
 		}),
+		PushJobs: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "spark", Subsystem: "deliver", Name: "push_notification_jobs_total",
+			Help: "Notification-work entries queued on the push streams for offline devices (push.enabled).",
+		}),
 		Missing: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "spark", Subsystem: "deliver", Name: "push_missing_total", Help: "Targets a gate reported missing.",
 		}),
@@ -157,7 +163,7 @@ func New(reg prometheus.Registerer) *Metrics {
 			Help: "Age of the oldest unacknowledged job of a partition (0 when empty), sampled.",
 		}, []string{"partition"}),
 	}
-	reg.MustRegister(m.Stage, m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.Dropped,
+	reg.MustRegister(m.Stage, m.Jobs, m.PushSeconds, m.PushErrors, m.Delivered, m.Missing, m.PushJobs, m.Dropped,
 		m.StaleRoutes, m.QueueLag, m.OwnedPartitions, m.RedisErrors, m.ListUpdates, m.MailboxEvents,
 		m.Reclaimed, m.QueueLength, m.QueuePending, m.QueueOldestAge)
 	// Every result of the fixed result sets is exported from the start

@@ -240,6 +240,26 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, log)
 	pushTokens := push.NewTokens(st)
+	if cfg.Push.Enabled {
+		providers, err := push.ProvidersFrom(cfg.Push)
+		if err != nil {
+			return err
+		}
+		pc := cfg.Push
+		worker, err := push.NewWorker(rdb, st, providers, push.WorkerConfig{
+			Name:       fmt.Sprintf("logic-%d-%d", machineID, time.Now().UnixNano()),
+			Partitions: pc.Partitions, CollapseInterval: pc.CollapseInterval, TTL: pc.TTL,
+			ClaimIdle: pc.ClaimIdle, SendTimeout: pc.SendTimeout, MaxAttempts: pc.MaxAttempts,
+		}, log.Named("push"), push.NewMetrics(reg))
+		if err != nil {
+			return err
+		}
+		// The worker stops with the requests (base), after the gateway
+		// drained; an entry it was on stays pending for the next worker.
+		pushDone := make(chan struct{})
+		go func() { defer close(pushDone); worker.Run(base) }()
+		defer func() { stopRequests(); <-pushDone }()
+	}
 	// One notifier for both front doors: a change pushes its control
 	// events the same way whichever door made it.
 	notifier, err := notify.New(rdb, cfg.Queue.Partitions)

@@ -274,6 +274,175 @@ func (x *DeliverJob) GetPreview() []byte {
 	return nil
 }
 
+// PushJob is the notification work of one MESSAGE job that deliver XADDs
+// to the push stream after its pushes (docs/decisions.md 87): the users
+// to notify, each with the devices a live connection took the push on
+// (they get no notification). Logic's push worker reads it.
+type PushJob struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	MsgId            int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId   int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	ConversationType int32                  `protobuf:"varint,3,opt,name=conversation_type,json=conversationType,proto3" json:"conversation_type,omitempty"`
+	SenderId         int64                  `protobuf:"varint,4,opt,name=sender_id,json=senderId,proto3" json:"sender_id,omitempty"`
+	MessageType      int32                  `protobuf:"varint,5,opt,name=message_type,json=messageType,proto3" json:"message_type,omitempty"`
+	// preview is the message's list preview (dialog.EncodePreview): the
+	// notification's text when the user's setting shows it.
+	Preview     []byte      `protobuf:"bytes,6,opt,name=preview,proto3" json:"preview,omitempty"`
+	CreatedAtMs int64       `protobuf:"varint,7,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	Users       []*PushUser `protobuf:"bytes,8,rep,name=users,proto3" json:"users,omitempty"`
+	// enqueued_at_ms is when deliver queued it (for latency metrics).
+	EnqueuedAtMs  int64 `protobuf:"varint,9,opt,name=enqueued_at_ms,json=enqueuedAtMs,proto3" json:"enqueued_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushJob) Reset() {
+	*x = PushJob{}
+	mi := &file_queue_v1_job_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushJob) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushJob) ProtoMessage() {}
+
+func (x *PushJob) ProtoReflect() protoreflect.Message {
+	mi := &file_queue_v1_job_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushJob.ProtoReflect.Descriptor instead.
+func (*PushJob) Descriptor() ([]byte, []int) {
+	return file_queue_v1_job_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PushJob) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *PushJob) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *PushJob) GetConversationType() int32 {
+	if x != nil {
+		return x.ConversationType
+	}
+	return 0
+}
+
+func (x *PushJob) GetSenderId() int64 {
+	if x != nil {
+		return x.SenderId
+	}
+	return 0
+}
+
+func (x *PushJob) GetMessageType() int32 {
+	if x != nil {
+		return x.MessageType
+	}
+	return 0
+}
+
+func (x *PushJob) GetPreview() []byte {
+	if x != nil {
+		return x.Preview
+	}
+	return nil
+}
+
+func (x *PushJob) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *PushJob) GetUsers() []*PushUser {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *PushJob) GetEnqueuedAtMs() int64 {
+	if x != nil {
+		return x.EnqueuedAtMs
+	}
+	return 0
+}
+
+// PushUser is one recipient of a PushJob.
+type PushUser struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// online_devices took the message on a live connection.
+	OnlineDevices []string `protobuf:"bytes,2,rep,name=online_devices,json=onlineDevices,proto3" json:"online_devices,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PushUser) Reset() {
+	*x = PushUser{}
+	mi := &file_queue_v1_job_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PushUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PushUser) ProtoMessage() {}
+
+func (x *PushUser) ProtoReflect() protoreflect.Message {
+	mi := &file_queue_v1_job_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PushUser.ProtoReflect.Descriptor instead.
+func (*PushUser) Descriptor() ([]byte, []int) {
+	return file_queue_v1_job_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PushUser) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *PushUser) GetOnlineDevices() []string {
+	if x != nil {
+		return x.OnlineDevices
+	}
+	return nil
+}
+
 var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
@@ -300,7 +469,20 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\tno_unread\x18\x0e \x01(\bR\bnoUnread\x12&\n" +
 	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush\x12,\n" +
 	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType\x12\x18\n" +
-	"\apreview\x18\x11 \x01(\fR\apreview*N\n" +
+	"\apreview\x18\x11 \x01(\fR\apreview\"\xc4\x02\n" +
+	"\aPushJob\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12+\n" +
+	"\x11conversation_type\x18\x03 \x01(\x05R\x10conversationType\x12\x1b\n" +
+	"\tsender_id\x18\x04 \x01(\x03R\bsenderId\x12!\n" +
+	"\fmessage_type\x18\x05 \x01(\x05R\vmessageType\x12\x18\n" +
+	"\apreview\x18\x06 \x01(\fR\apreview\x12\"\n" +
+	"\rcreated_at_ms\x18\a \x01(\x03R\vcreatedAtMs\x12(\n" +
+	"\x05users\x18\b \x03(\v2\x12.queue.v1.PushUserR\x05users\x12$\n" +
+	"\x0eenqueued_at_ms\x18\t \x01(\x03R\fenqueuedAtMs\"J\n" +
+	"\bPushUser\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12%\n" +
+	"\x0eonline_devices\x18\x02 \x03(\tR\ronlineDevices*N\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_KIND_MESSAGE\x10\x01\x12\x13\n" +
@@ -319,18 +501,21 @@ func file_queue_v1_job_proto_rawDescGZIP() []byte {
 }
 
 var file_queue_v1_job_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_queue_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 1)
+var file_queue_v1_job_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_queue_v1_job_proto_goTypes = []any{
 	(JobKind)(0),       // 0: queue.v1.JobKind
 	(*DeliverJob)(nil), // 1: queue.v1.DeliverJob
+	(*PushJob)(nil),    // 2: queue.v1.PushJob
+	(*PushUser)(nil),   // 3: queue.v1.PushUser
 }
 var file_queue_v1_job_proto_depIdxs = []int32{
 	0, // 0: queue.v1.DeliverJob.kind:type_name -> queue.v1.JobKind
-	1, // [1:1] is the sub-list for method output_type
-	1, // [1:1] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	3, // 1: queue.v1.PushJob.users:type_name -> queue.v1.PushUser
+	2, // [2:2] is the sub-list for method output_type
+	2, // [2:2] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_queue_v1_job_proto_init() }
@@ -344,7 +529,7 @@ func file_queue_v1_job_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_queue_v1_job_proto_rawDesc), len(file_queue_v1_job_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   1,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
