@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli client/cmd/imctl
 
-.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl helm
 
 all: build
 
@@ -55,13 +55,22 @@ e2e: services test-deps build-failpoints
 # docs/operations.md "Deploying with systemd", "Containers"):
 # systemd-analyze verify and security on the units and a cluster started
 # from their ExecStart and EnvironmentFile; the images built with podman
-# and inspected; the compose file loaded with compose-go. Under a minute.
+# and inspected; the compose file loaded with compose-go; the Helm chart
+# linted, rendered, decoded into the Kubernetes types and its config run
+# as a cluster (docs/operations.md "Deploying with Helm"). Under two
+# minutes once helm is built.
 # The container images localhost/spark-{gate,logic,deliver,migrate}:dev,
 # FROM scratch with a static binary built here (deploy/containers).
 images: test-deps
 	deploy/containers/build.sh dev
 
-deploy-check: services test-deps build
+# helm v4.3.2 for the chart's tests, built from its Go module into
+# .run/tools/helm-v4.3.2 once (about 7 minutes on a clean clone;
+# decision 89) and reused after.
+helm:
+	@deploy/helm/build-helm.sh >/dev/null
+
+deploy-check: services test-deps build helm
 	source .run/services.env && $(GO) test -count=1 -timeout 5m ./tests/deploy/
 
 # The e2e tests whose behaviour depends on the Redis mode, each test

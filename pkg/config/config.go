@@ -403,7 +403,7 @@ type Deliver struct {
 }
 
 // Push configures offline push: deliver queues the notifications of
-// offline devices (docs/decisions.md 87) and logic sends them through the
+// offline devices (docs/decisions.md 90) and logic sends them through the
 // providers configured here. Credentials are read from files, never
 // written in the config; with none configured nothing is sent.
 type Push struct {

@@ -275,7 +275,7 @@ func (x *DeliverJob) GetPreview() []byte {
 }
 
 // PushJob is the notification work of one MESSAGE job that deliver XADDs
-// to the push stream after its pushes (docs/decisions.md 87): the users
+// to the push stream after its pushes (docs/decisions.md 90): the users
 // to notify, each with the devices a live connection took the push on
 // (they get no notification). Logic's push worker reads it.
 type PushJob struct {
