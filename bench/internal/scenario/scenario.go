@@ -31,10 +31,12 @@ type Scenario interface {
 
 // List returns the scenarios of a run in order; ceiling runs before p2p so
 // p2p can be shown as a fraction of it, and p2p-steady after p2p, at a
-// fraction of the rate p2p achieved; group after both, beside whose
+// fraction of the rate p2p achieved; the fixed-rate latency runs before
+// p2p, on a system no saturating run has left a backlog in; group after both, beside whose
 // SEND_ACK it reports its own. A new scenario is one more entry.
 func List() []Scenario {
-	return []Scenario{Conn{}, Conn{Variant: "tls"}, Conn{Variant: "ws"}, Ceiling{}, P2P{}, P2P{Label: "p2p-steady", Steady: true}, Group{}, Stall{}, Sync{}, Reconnect{}}
+	return []Scenario{Conn{}, Conn{Variant: "tls"}, Conn{Variant: "ws"}, Ceiling{}, P2P{Label: "latency-500", Rate: 500}, P2P{Label: "latency-1000", Rate: 1000},
+		P2P{}, P2P{Label: "p2p-steady", Steady: true}, Group{}, Stall{}, Sync{}, Reconnect{}}
 }
 
 // Profile sizes every scenario.
@@ -60,6 +62,9 @@ type Profile struct {
 	// p2p-steady: P2PSteadyFraction of the rate p2p achieved, for P2PSteadyDuration
 	P2PSteadyDuration time.Duration `json:"p2p_steady_duration"`
 	P2PSteadyFraction float64       `json:"p2p_steady_fraction"`
+	// latency-500 and latency-1000: P2P at a fixed offered rate for
+	// P2PLatencyDuration each
+	P2PLatencyDuration time.Duration `json:"p2p_latency_duration"`
 	// reconnect
 	ReconnectN int `json:"reconnect_n"`
 	// stall
@@ -81,18 +86,18 @@ type Profile struct {
 func Profiles() map[string]Profile {
 	return map[string]Profile{
 		"tiny": {Name: "tiny", ConnN: 600, ConnVariantN: 600, ConnPerWorker: 300, HBInterval: time.Second, HBDuration: 3 * time.Second, ConnectWorkers: 64,
-			P2PUsers: 40, P2PRate: 300, P2PDuration: 5 * time.Second, P2PWindow: 16, Grace: 10 * time.Second, P2PSteadyDuration: 4 * time.Second, P2PSteadyFraction: 0.6,
+			P2PUsers: 40, P2PRate: 300, P2PDuration: 5 * time.Second, P2PWindow: 16, Grace: 10 * time.Second, P2PSteadyDuration: 4 * time.Second, P2PSteadyFraction: 0.6, P2PLatencyDuration: 5 * time.Second,
 			ReconnectN: 200, StallConns: 200, StallDuration: 9 * time.Second, SyncMessages: 200, SyncConvs: 5, CeilingDuration: 3 * time.Second,
 			GroupSizes: []GroupSize{{Members: 20, Messages: 10, Interval: 100 * time.Millisecond}, {Members: 200, Messages: 10, Interval: 200 * time.Millisecond}}, GroupSenders: 2},
 		"short": {Name: "short", ConnN: 10000, ConnVariantN: 10000, ConnPerWorker: 5000, HBInterval: 5 * time.Second, HBDuration: 10 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 200, P2PRate: 3000, P2PDuration: 60 * time.Second, P2PWindow: 2, Grace: 15 * time.Second,
-			P2PSteadyDuration: 20 * time.Second, P2PSteadyFraction: 0.6,
+			P2PSteadyDuration: 20 * time.Second, P2PSteadyFraction: 0.6, P2PLatencyDuration: 30 * time.Second,
 			ReconnectN: 2000, StallConns: 1000, StallDuration: 20 * time.Second, SyncMessages: 2000, SyncConvs: 20, CeilingDuration: 15 * time.Second,
 			GroupSizes: []GroupSize{{Members: 100, Messages: 100, Interval: 100 * time.Millisecond}, {Members: 1000, Messages: 50, Interval: 200 * time.Millisecond},
 				{Members: 10000, Messages: 10, Interval: 3 * time.Second}}, GroupSenders: 4},
 		"long": {Name: "long", ConnN: 50000, ConnVariantN: 20000, ConnPerWorker: 15000, HBInterval: 10 * time.Second, HBDuration: 30 * time.Second, ConnectWorkers: 128,
 			P2PUsers: 1000, P2PRate: 5000, P2PDuration: 5 * time.Minute, P2PWindow: 2, Grace: 30 * time.Second,
-			P2PSteadyDuration: time.Minute, P2PSteadyFraction: 0.6,
+			P2PSteadyDuration: time.Minute, P2PSteadyFraction: 0.6, P2PLatencyDuration: time.Minute,
 			ReconnectN: 10000, StallConns: 2000, StallDuration: 30 * time.Second, SyncMessages: 10000, SyncConvs: 50, CeilingDuration: 30 * time.Second,
 			GroupSizes: []GroupSize{{Members: 100, Messages: 300, Interval: 50 * time.Millisecond}, {Members: 1000, Messages: 200, Interval: 100 * time.Millisecond},
 				{Members: 10000, Messages: 60, Interval: 3 * time.Second}}, GroupSenders: 4},

@@ -121,7 +121,11 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 		err = errcode.New(errcode.InvalidArgument, "unknown command")
 	default:
 		if cmd.limited {
+			began := time.Now()
 			err = h.Limits.Allow(ctx, cmd.class, req.RealIp, req.Session.UserId, req.Session.DeviceId)
+			if req.Command == uint32(protocol.CmdSendMessage) {
+				h.Metrics.SendStage.WithLabelValues(metrics.StageRateLimit).Observe(time.Since(began).Seconds())
+			}
 		}
 		if err == nil {
 			data, err = cmd.serve(h, c)

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sparkim/spark/logic/internal/conversation"
+	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/failpoint"
@@ -51,6 +52,7 @@ type pending struct {
 	conv    conversation.Conversation
 	flags   Flags
 	outcome chan outcome // buffered 1: the committer never blocks on a caller that gave up
+	queued  time.Time    // when submit queued it (the queue stage's start)
 }
 
 // outcome is what the committer tells one send.
@@ -254,6 +256,7 @@ func (c *committer) insertOne(ctx context.Context, p *pending) (store.Message, e
 // submit queues a send and waits for its outcome. When ctx ends first the
 // send may still commit (a retry of its client_msg_id will find it).
 func (c *committer) submit(ctx context.Context, p *pending) (outcome, error) {
+	p.queued = time.Now()
 	select {
 	case c.queue <- p:
 	case <-c.stop:
@@ -328,6 +331,11 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	defer cancel()
 	s := c.s
 	s.metrics.SendBatchSize.Observe(float64(len(batch)))
+	taken := time.Now()
+	queueStage := s.metrics.SendStage.WithLabelValues(metrics.StageQueue)
+	for _, p := range batch {
+		queueStage.Observe(taken.Sub(p.queued).Seconds())
+	}
 	out := make([]outcome, len(batch))
 
 	// Idempotency first (docs/protocol.md §7): a send whose key exists is a
@@ -337,6 +345,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	for i, p := range batch {
 		keys[i] = store.ClientKey{SenderID: p.nm.SenderID, ConversationID: p.nm.ConversationID, ClientMsgID: p.nm.ClientMsgID}
 	}
+	mysqlStart := time.Now()
 	found, err := s.store.FindByClientMsgIDs(ctx, keys)
 	if err != nil {
 		s.metrics.SendCommits.WithLabelValues("error").Inc()
@@ -363,6 +372,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 		// fall back (or got 50301); the replays still get their jobs.
 		fresh = fresh[:0]
 	}
+	s.metrics.SendStage.WithLabelValues(metrics.StageMySQL).Observe(time.Since(mysqlStart).Seconds())
 
 	now := time.Now()
 	jobs := make([]*queuev1.DeliverJob, 0, len(batch))
@@ -382,6 +392,7 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	}
 	enqueueStart := time.Now()
 	errs := s.enqueuePipelined(ctx, jobs)
+	s.metrics.SendStage.WithLabelValues(metrics.StageEnqueue).Observe(time.Since(enqueueStart).Seconds())
 	for k, i := range idx {
 		out[i].enqueueErr, out[i].enqueueStart = errs[k], enqueueStart
 	}

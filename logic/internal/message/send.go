@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/conversation"
+	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
@@ -64,6 +65,7 @@ type Ack struct {
 // Send commits one message from an authenticated device and returns its
 // Ack, or an *errcode.Error.
 func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack, error) {
+	began := time.Now()
 	if err := req.To.Validate(); err != nil {
 		return nil, err
 	}
@@ -111,6 +113,7 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 		req.MsgID = 0
 	}
 
+	s.metrics.SendStage.WithLabelValues(metrics.StageChecks).Observe(time.Since(began).Seconds())
 	row, replayed, err := s.committer.send(ctx, &pending{
 		ctx: ctx, nm: newMessage(from, conv, &req, content),
 		msgID: req.MsgID, conv: conv, flags: req.Flags, outcome: make(chan outcome, 1),

@@ -48,7 +48,30 @@ type Metrics struct {
 	// HookFallbacks counts sends the failure policy decided, by cause
 	// (error, timeout, open) and policy (allow, reject).
 	HookFallbacks *prometheus.CounterVec
+	// SendStage is the time a SEND_MESSAGE spends in each stage of its
+	// path through logic (Stage* labels), so a bench can say where a
+	// send's milliseconds go: per send for ratelimit, checks and queue,
+	// per group-commit batch for mysql and enqueue.
+	SendStage *prometheus.HistogramVec
 }
+
+// The stages of SendStage.
+const (
+	// StageRateLimit: the per-device rate-limit check (one Redis round
+	// trip shared by the checks waiting at that moment).
+	StageRateLimit = "ratelimit"
+	// StageChecks: validation, conversation resolution, the permission
+	// checks and the before-send hook when it is on, up to the send's
+	// queueing for a committer.
+	StageChecks = "checks"
+	// StageQueue: queued until a commit worker took the send.
+	StageQueue = "queue"
+	// StageMySQL: a batch's idempotency lookup and transaction, COMMIT
+	// (and its fsync) included.
+	StageMySQL = "mysql"
+	// StageEnqueue: a batch's pipelined XADDs.
+	StageEnqueue = "enqueue"
+)
 
 // New creates and registers the collectors on reg (nil: not registered).
 func New(reg prometheus.Registerer) *Metrics {
@@ -118,11 +141,16 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "spark", Subsystem: "logic", Name: "hook_fallbacks_total",
 			Help: "Sends decided by the before-send hook's failure policy, by cause (error, timeout, open) and policy (allow, reject).",
 		}, []string{"cause", "policy"}),
+		SendStage: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "spark", Subsystem: "logic", Name: "send_stage_seconds",
+			Help:    "Time of a SEND_MESSAGE in one stage of logic: per send (ratelimit, checks, queue) or per group-commit batch (mysql, enqueue).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"stage"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.Requests, m.SendLatency, m.EnqueueFailures, m.EnqueueAttemptFailures, m.Kicks, m.Streams,
 			m.GatewayBatchSize, m.SendBatchSize, m.SendCommits, m.SendAck, m.DrainRejects,
-			m.HookCalls, m.HookLatency, m.HookBreakerState, m.HookFallbacks)
+			m.HookCalls, m.HookLatency, m.HookBreakerState, m.HookFallbacks, m.SendStage)
 	}
 	// The fixed result sets are exported from the start (at 0), so a
 	// failure rate is a series before the first failure.
@@ -131,6 +159,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range []string{"ok", "error"} {
 		m.Kicks.WithLabelValues(r)
+	}
+	for _, st := range []string{StageRateLimit, StageChecks, StageQueue, StageMySQL, StageEnqueue} {
+		m.SendStage.WithLabelValues(st)
 	}
 	return m
 }
