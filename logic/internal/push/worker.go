@@ -329,10 +329,17 @@ func (w *Worker) senderName(ctx context.Context, uid int64) string {
 // badgeConversations bounds the conversations the badge sums.
 const badgeConversations = 500
 
-// badge is the user's total unread over their most recently changed
-// conversations (the conversation list deliver just updated; a muted
-// conversation counts none).
+// badge is the user's total unread: over their most recently changed
+// conversations when their list is in Redis (the list deliver just
+// updated; a muted conversation counts none), else counted in MySQL.
 func (w *Worker) badge(ctx context.Context, uid int64) (int64, error) {
+	epoch, err := dialog.Epoch(ctx, w.rdb, uid)
+	if err != nil {
+		return 0, fmt.Errorf("push: badge of %d: %w", uid, err)
+	}
+	if epoch == "" {
+		return w.store.TotalUnread(ctx, uid)
+	}
 	cids, err := w.rdb.ZRevRange(ctx, dialog.ListKey(uid), 0, badgeConversations-1).Result()
 	if err != nil {
 		return 0, fmt.Errorf("push: badge of %d: %w", uid, err)

@@ -93,7 +93,10 @@ func newWorkerEnv(t *testing.T, collapse time.Duration) workerEnv {
 	if err := tok.SetPreview(ctx, 4, "none"); err != nil {
 		t.Fatal(err)
 	}
-	// User 1 has 2 unread here and 5 in another conversation: badge 7.
+	// User 1's list is in Redis, with 2 unread here and 5 in another
+	// conversation: badge 7. The others' lists are not built: their badge
+	// is counted in MySQL (0 here).
+	rdb.Set(ctx, dialog.BuiltKey(1), "e1", 0)
 	rdb.ZAdd(ctx, dialog.ListKey(1), redisZ(1, cid), redisZ(2, cid+1))
 	rdb.HSet(ctx, dialog.StateKey(1, cid), dialog.FieldUnread, 2)
 	rdb.HSet(ctx, dialog.StateKey(1, cid+1), dialog.FieldUnread, 5)

@@ -138,3 +138,19 @@ func (s *Store) PushTargets(ctx context.Context, conversationID int64, users []i
 	}
 	return out, nil
 }
+
+// TotalUnread counts, over every conversation the user has not muted, the
+// normal messages of others after the user's read mark: the badge of a
+// user whose conversation list is not in Redis. It reads the member rows
+// and the messages index; messages the user deleted for themselves still
+// count (the hot list, when built, is exact).
+func (s *Store) TotalUnread(ctx context.Context, userID int64) (int64, error) {
+	var n int64
+	err := s.db.GetContext(ctx, &n, `SELECT COUNT(*) FROM t_conversation_members cm
+		JOIN t_messages m ON m.conversation_id = cm.conversation_id AND m.id > cm.last_read_msg_id
+		WHERE cm.user_id = ? AND cm.muted = 0 AND m.sender_id <> ? AND m.status = ?`, userID, userID, MessageNormal)
+	if err != nil {
+		return 0, fmt.Errorf("store: total unread of %d: %w", userID, err)
+	}
+	return n, nil
+}
