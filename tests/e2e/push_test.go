@@ -2,9 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
@@ -182,6 +184,89 @@ func (g *pushFakeGateway) accepted(token string) map[string][2]int {
 	return out
 }
 
+// pushFakeFCM is Google's OAuth token endpoint (the JWT-bearer grant of
+// a service account, the RS256 assertion verified with the account's
+// public key) and the FCM HTTP v1 send endpoint (the access token it
+// issued checked), recording every message it accepts; a token listed in
+// unregistered is answered 404 UNREGISTERED.
+type pushFakeFCM struct {
+	t            *testing.T
+	srv          *httptest.Server
+	pub          *rsa.PublicKey
+	mu           sync.Mutex
+	issued       map[string]bool
+	got          []map[string]any
+	unregistered map[string]bool
+	wake         chan struct{}
+}
+
+func (f *pushFakeFCM) serve(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w.Header().Set("content-type", "application/json")
+	switch r.URL.Path {
+	case "/token":
+		_ = r.ParseForm()
+		parts := strings.Split(r.PostForm.Get("assertion"), ".")
+		if r.PostForm.Get("grant_type") != "urn:ietf:params:oauth:grant-type:jwt-bearer" || len(parts) != 3 {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":"invalid_grant"}`))
+			return
+		}
+		sig, _ := base64.RawURLEncoding.DecodeString(parts[2])
+		d := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+		if err := rsa.VerifyPKCS1v15(f.pub, crypto.SHA256, d[:], sig); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":"invalid_grant","error_description":"Invalid JWT Signature."}`))
+			return
+		}
+		tok := fmt.Sprintf("ya29.e2e-%d", len(f.issued))
+		f.issued[tok] = true
+		_, _ = fmt.Fprintf(w, `{"access_token":%q,"expires_in":3599,"token_type":"Bearer"}`, tok)
+	case "/v1/projects/spark-e2e/messages:send":
+		bearer, _ := strings.CutPrefix(r.Header.Get("authorization"), "Bearer ")
+		if !f.issued[bearer] {
+			w.WriteHeader(http.StatusUnauthorized)
+			_, _ = w.Write([]byte(`{"error":{"code":401,"message":"Request had invalid authentication credentials.","status":"UNAUTHENTICATED"}}`))
+			return
+		}
+		var body struct {
+			Message map[string]any `json:"message"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil || body.Message == nil {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":{"code":400,"message":"Invalid JSON payload received.","status":"INVALID_ARGUMENT"}}`))
+			return
+		}
+		if f.unregistered[fmt.Sprint(body.Message["token"])] {
+			w.WriteHeader(http.StatusNotFound)
+			_, _ = w.Write([]byte(`{"error":{"code":404,"message":"Requested entity was not found.","status":"NOT_FOUND","details":[{"@type":"type.googleapis.com/google.firebase.fcm.v1.FcmError","errorCode":"UNREGISTERED"}]}}`))
+			return
+		}
+		f.got = append(f.got, body.Message)
+		_, _ = w.Write([]byte(`{"name":"projects/spark-e2e/messages/0:1"}`))
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	default:
+		w.WriteHeader(http.StatusNotFound)
+	}
+}
+
+// messages returns the accepted messages for token.
+func (f *pushFakeFCM) messages(token string) []map[string]any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []map[string]any
+	for _, m := range f.got {
+		if m["token"] == token {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
 // waitFor polls cond until it holds or d passes, naming what it waited for.
 func waitFor(t *testing.T, what string, d time.Duration, wake <-chan struct{}, cond func() bool) {
 	t.Helper()
@@ -204,12 +289,13 @@ const (
 )
 
 // Offline push end to end, on one cluster with the real binaries, a fake
-// APNs (HTTP/2, TLS, the provider JWT checked) and a fake push gateway
-// (signatures checked): an offline device gets exactly one notification
+// APNs (HTTP/2, TLS, the provider JWT checked), a fake FCM with its OAuth
+// token endpoint (the service account's assertion checked) and a fake
+// push gateway (signatures checked): an offline device gets exactly one notification
 // per message and a device online none; a muted conversation and a
 // no_offline_push message none; a dead token is removed from MySQL; 503s
 // are retried; a kill -9 of the pushing logic loses and doubles nothing.
-func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsAndAGateway(t *testing.T) {
+func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsFCMAndAGateway(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -235,6 +321,25 @@ func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsAndAGateway(t *testing.T
 		tokens: map[string]string{}, wake: make(chan struct{}, 1)}
 	gw.srv = httptest.NewTLSServer(http.HandlerFunc(gw.serve))
 	t.Cleanup(gw.srv.Close)
+	rk, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fcm := &pushFakeFCM{t: t, pub: &rk.PublicKey, issued: map[string]bool{}, unregistered: map[string]bool{"fcm-gone": true}, wake: make(chan struct{}, 1)}
+	fcm.srv = httptest.NewTLSServer(http.HandlerFunc(fcm.serve))
+	t.Cleanup(fcm.srv.Close)
+	rder, err := x509.MarshalPKCS8PrivateKey(rk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	account, err := json.Marshal(map[string]string{"type": "service_account", "project_id": "spark-e2e", "private_key_id": "k1",
+		"private_key":  string(pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: rder})),
+		"client_email": "push@spark-e2e.iam.gserviceaccount.com", "token_uri": fcm.srv.URL + "/token"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	accountFile := filepath.Join(dir, "service-account.json")
+	writeFile(t, accountFile, account)
 	secretFile, caFile := filepath.Join(dir, "gateway.secret"), filepath.Join(dir, "ca.pem")
 	writeFile(t, secretFile, []byte(secret.String()+"\n"))
 	// httptest's servers share one certificate: trusting it trusts both.
@@ -247,6 +352,7 @@ func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsAndAGateway(t *testing.T
 		"IM_PUSH_APNS_KEY_FILE=" + keyFile, "IM_PUSH_APNS_KEY_ID=KEYID12345", "IM_PUSH_APNS_TEAM_ID=TEAMID6789",
 		"IM_PUSH_APNS_ENDPOINT=" + apns.srv.URL, "IM_PUSH_APNS_SANDBOX_ENDPOINT=" + apns.srv.URL,
 		"IM_PUSH_GATEWAYS=jpush=" + gw.srv.URL + "/spark", "IM_PUSH_GATEWAY_SECRET_FILE=" + secretFile,
+		"IM_PUSH_FCM_CREDENTIALS_FILE=" + accountFile, "IM_PUSH_FCM_ENDPOINT=" + fcm.srv.URL,
 	}
 	c := framework.NewCluster(t, framework.Options{Gates: 1, Logics: 1, Delivers: 1, Env: env})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -269,6 +375,8 @@ func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsAndAGateway(t *testing.T
 	register(2001, "ios", client.PushToken{Platform: "apns", Token: pushAPNsToken, Topic: "com.example.chat"}, false)
 	register(2003, "android", client.PushToken{Platform: "gateway", Token: "jp-retry", Gateway: "jpush"}, false)
 	register(2004, "ios", client.PushToken{Platform: "apns", Token: pushDeadToken, Topic: "com.example.chat", Sandbox: true}, false)
+	register(2005, "android", client.PushToken{Platform: "fcm", Token: "fcm-ok"}, false)
+	register(2006, "android", client.PushToken{Platform: "fcm", Token: "fcm-gone"}, false)
 	online := register(2002, "phone", client.PushToken{Platform: "gateway", Token: "jp-online", Gateway: "jpush"}, true)
 	register(2002, "pad", client.PushToken{Platform: "gateway", Token: "jp-pad", Gateway: "jpush"}, false)
 	sender := c.Login(t, 0, 1001, "phone")
@@ -295,6 +403,26 @@ func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsAndAGateway(t *testing.T
 		if notes[2].badge != 3 {
 			t.Fatalf("badge %v after 3 unread, want 3", notes[2].badge)
 		}
+	})
+
+	t.Run("FCM: one message with the sender only, as the user chose; an unregistered token removed", func(t *testing.T) {
+		prefs := c.Login(t, 0, 2005, "web")
+		if p, err := prefs.PushPreview(ctx, "sender"); err != nil || p != "sender" {
+			t.Fatalf("set preview: %q %v", p, err)
+		}
+		_ = prefs.Close()
+		id := send(2005, "secret plans")
+		send(2006, "hello?")
+		waitFor(t, "the FCM message for 2005", 20*time.Second, fcm.wake, func() bool { return len(fcm.messages("fcm-ok")) == 1 })
+		m := fcm.messages("fcm-ok")[0]
+		n, _ := m["notification"].(map[string]any)
+		data, _ := m["data"].(map[string]any)
+		if n["body"] != "New message" || data["msg_id"] != fmt.Sprint(id) {
+			t.Fatalf("FCM message %v: want the body hidden and msg_id %d", m, id)
+		}
+		waitFor(t, "2006's token removed after UNREGISTERED", 20*time.Second, nil, func() bool {
+			return c.CountRows("SELECT COUNT(*) FROM t_push_tokens WHERE user_id = ?", 2006) == 0
+		})
 	})
 
 	t.Run("an online device gets none, its offline sibling one", func(t *testing.T) {
