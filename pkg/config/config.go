@@ -290,6 +290,49 @@ type Logic struct {
 	// (docs/api.md, "Before-send hook"; docs/decisions.md, "A synchronous
 	// before-send hook").
 	BeforeSend BeforeSend `mapstructure:"before_send"`
+	// Webhook is the signed, durable event callbacks to business servers
+	// (docs/webhooks.md).
+	Webhook Webhook `mapstructure:"webhook"`
+}
+
+// Webhook configures logic.webhook: which events are recorded, the
+// endpoints known from config, and how they are delivered and retried
+// (docs/decisions.md 87).
+type Webhook struct {
+	// Enabled records the rarer events (group, friend, block, recall,
+	// online) in t_webhook_events and runs the dispatcher. Messages are
+	// read from t_messages and cost nothing on the send path either way.
+	Enabled bool `mapstructure:"enabled"`
+	// URLs are endpoints created at start when missing, signed with
+	// Secret and subscribed to Events (empty: every event).
+	URLs   []string `mapstructure:"urls"`
+	Secret string   `mapstructure:"secret"`
+	Events []string `mapstructure:"events"`
+	// AllowPrivateURLs lets an endpoint resolve to a loopback, private,
+	// link-local or otherwise internal address; off, such a URL is
+	// refused at creation and at every connection (SSRF).
+	AllowPrivateURLs bool `mapstructure:"allow_private_urls"`
+	// Settle is how old an id must be before the dispatcher reads past
+	// it: a transaction that took its id earlier has committed by then.
+	// It must exceed logic.request_timeout (see Validate).
+	Settle time.Duration `mapstructure:"settle"`
+	// PollInterval is how often an idle dispatcher looks for new events
+	// and endpoints.
+	PollInterval time.Duration `mapstructure:"poll_interval"`
+	// Batch is the most events read per query.
+	Batch int `mapstructure:"batch"`
+	// Timeout bounds one POST.
+	Timeout time.Duration `mapstructure:"timeout"`
+	// RetryBase is the first retry's delay; each next one is 4 times
+	// longer up to RetryMaxInterval, until RetryFor after the first
+	// failure, when the endpoint is marked dead.
+	RetryBase        time.Duration `mapstructure:"retry_base"`
+	RetryMaxInterval time.Duration `mapstructure:"retry_max_interval"`
+	RetryFor         time.Duration `mapstructure:"retry_for"`
+	// LeaseTTL is the life of an endpoint's dispatcher lease in Redis:
+	// one logic at a time sends to an endpoint, another takes over at
+	// most this long after it died.
+	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
 }
 
 // BeforeSend configures logic.before_send: an HTTP POST to the business
@@ -576,6 +619,21 @@ func Default() *Config {
 				Timeout: 1500 * time.Millisecond, OnError: HookAllow, OnTimeout: HookAllow,
 				BreakerFailures: 5, BreakerCooldown: 10 * time.Second,
 			},
+			Webhook: Webhook{
+				Enabled: false, URLs: []string{}, Secret: "", Events: []string{}, AllowPrivateURLs: false,
+				// Above logic.request_timeout (8 s): see Validate.
+				Settle:       10 * time.Second,
+				PollInterval: 500 * time.Millisecond,
+				Batch:        200,
+				Timeout:      10 * time.Second,
+				// 5 s, 20 s, 80 s, 5 m, 21 m, 85 m, 5.7 h, then every
+				// 12 h: about 3 days in all (the Standard Webhooks
+				// schedule's span).
+				RetryBase:        5 * time.Second,
+				RetryMaxInterval: 12 * time.Hour,
+				RetryFor:         72 * time.Hour,
+				LeaseTTL:         10 * time.Second,
+			},
 		},
 		Deliver: Deliver{
 			ID:        "deliver-1",
@@ -824,6 +882,7 @@ func (l Logic) Validate() error {
 	if l.SystemUserID < 1 {
 		errs = append(errs, errors.New("config: logic.system_user_id must be a positive user id"))
 	}
+	errs = append(errs, l.validateWebhook())
 	errs = positive(errs, intKey{"logic.enqueue_retries", l.EnqueueRetries})
 	errs = positive(errs,
 		durKey{"logic.token_ttl", l.TokenTTL},
@@ -874,6 +933,42 @@ func (b BeforeSend) Validate() error {
 	}
 	errs = positive(errs, intKey{"logic.before_send.breaker_failures", b.BreakerFailures})
 	errs = positive(errs, durKey{"logic.before_send.breaker_cooldown", b.BreakerCooldown})
+	return errors.Join(errs...)
+}
+
+// validateWebhook checks logic.webhook.
+func (l Logic) validateWebhook() error {
+	w := l.Webhook
+	var errs []error
+	errs = positive(errs, intKey{"logic.webhook.batch", w.Batch})
+	errs = positive(errs,
+		durKey{"logic.webhook.poll_interval", w.PollInterval},
+		durKey{"logic.webhook.timeout", w.Timeout},
+		durKey{"logic.webhook.retry_base", w.RetryBase},
+		durKey{"logic.webhook.retry_max_interval", w.RetryMaxInterval},
+		durKey{"logic.webhook.retry_for", w.RetryFor},
+		durKey{"logic.webhook.lease_ttl", w.LeaseTTL},
+	)
+	if w.Settle <= l.RequestTimeout {
+		// A send or change may commit up to a request's life after it
+		// took its id; a dispatcher reading past that id sooner would
+		// skip it for good.
+		errs = append(errs, fmt.Errorf("config: logic.webhook.settle (%v) must exceed logic.request_timeout (%v)", w.Settle, l.RequestTimeout))
+	}
+	if w.RetryMaxInterval < w.RetryBase {
+		errs = append(errs, fmt.Errorf("config: logic.webhook.retry_max_interval (%v) must be at least logic.webhook.retry_base (%v)", w.RetryMaxInterval, w.RetryBase))
+	}
+	if len(w.URLs) > 0 {
+		if _, err := stdwebhook.ParseSecret(w.Secret); err != nil {
+			errs = append(errs, fmt.Errorf("config: logic.webhook.secret (needed by logic.webhook.urls): %w", err))
+		}
+		for _, u := range w.URLs {
+			pu, err := url.Parse(u)
+			if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+				errs = append(errs, fmt.Errorf("config: logic.webhook.urls entry %q: want an http or https URL", u))
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -43,6 +43,12 @@ var zeroByDesign = map[string]bool{
 	"push.fcm.credentials_file": true,
 	"push.gateways":             true,
 	"push.gateway_secret_file":  true,
+	// Webhooks are off, with no endpoint, until an operator names one.
+	"logic.webhook.enabled":            true,
+	"logic.webhook.urls":               true,
+	"logic.webhook.secret":             true,
+	"logic.webhook.events":             true,
+	"logic.webhook.allow_private_urls": true,
 }
 
 // A field added to Config without a value in Default fails here (unless

@@ -217,6 +217,16 @@ func TimeOf(id int64) time.Time {
 	return Epoch.Add(time.Duration(id>>timeShift) * time.Millisecond)
 }
 
+// MaxAt returns the largest id issued at or before t (0 before Epoch): a
+// reader that has seen every id up to it has seen all of t's millisecond.
+func MaxAt(t time.Time) int64 {
+	e := elapsed(t)
+	if e < 0 {
+		return 0
+	}
+	return (e+1)<<timeShift - 1
+}
+
 // MachineOf returns the machine id part of an id.
 func MachineOf(id int64) int { return int(id & MaxMachineID) }
 

@@ -236,3 +236,27 @@ func TestNextAfterNeverWaits(t *testing.T) {
 		t.Fatalf("high-water %d below the id's time %d", mark, TimeOf(id).UnixMilli())
 	}
 }
+
+func TestMaxAt(t *testing.T) {
+	at := Epoch.Add(1234 * time.Millisecond)
+	tests := []struct {
+		name string
+		id   int64
+		want bool // id <= MaxAt(at)
+	}{
+		{"same ms, highest sequence and machine", 1234<<timeShift | maxSequence<<BitsMachineID | MaxMachineID, true},
+		{"same ms, lowest", 1234 << timeShift, true},
+		{"earlier ms", 1233<<timeShift | MaxMachineID, true},
+		{"next ms", 1235 << timeShift, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.id <= MaxAt(at); got != tt.want {
+				t.Fatalf("%d <= MaxAt = %v, want %v", tt.id, got, tt.want)
+			}
+		})
+	}
+	if MaxAt(Epoch.Add(-time.Second)) != 0 {
+		t.Fatal("MaxAt before Epoch is not 0")
+	}
+}

@@ -44,6 +44,12 @@ func DeliverMembers() string { return Prefix + "deliver:members" }
 // MachineLease is the lease on a MsgId machine id held by one logic process.
 func MachineLease(machineID int) string { return Prefix + "msgid:machine:" + strconv.Itoa(machineID) }
 
+// WebhookLease is the lease of the one logic process delivering to a
+// webhook endpoint.
+func WebhookLease(endpointID int64) string {
+	return Prefix + "webhook:endpoint:" + strconv.FormatInt(endpointID, 10)
+}
+
 // DeliverGroup is the consumer group of the deliver streams.
 const DeliverGroup = "deliver"
 

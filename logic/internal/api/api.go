@@ -23,6 +23,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/user"
+	"github.com/sparkim/spark/logic/internal/webhook"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -46,6 +47,9 @@ type Services struct {
 	Online    *online.Service
 	// Push registers push tokens and sets the preview.
 	Push *push.Tokens
+	// Webhooks manages webhook endpoints; nil while logic.webhook.enabled
+	// is off.
+	Webhooks *webhook.Service
 }
 
 // Config is what the API needs from logic's configuration.
@@ -71,6 +75,7 @@ type Server struct {
 	inbox     *inbox.Service
 	online    *online.Service
 	push      *push.Tokens
+	hooks     *webhook.Service
 	notifier  Notifier
 	cfg       Config
 	log       *zap.Logger
@@ -84,7 +89,7 @@ func New(svc Services, cfg Config, notifier Notifier, log *zap.Logger) *Server {
 	}
 	return &Server{
 		store: svc.Store, users: svc.Users, relations: svc.Relations, groups: svc.Groups,
-		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online, push: svc.Push,
+		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online, push: svc.Push, hooks: svc.Webhooks,
 		notifier: notifier, cfg: cfg, log: log,
 	}
 }

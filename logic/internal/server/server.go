@@ -41,6 +41,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/user"
+	"github.com/sparkim/spark/logic/internal/webhook"
 	"github.com/sparkim/spark/pkg/admin"
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/config"
@@ -209,6 +210,21 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	// Services.
 	base, stopRequests := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRequests()
+	wc := lc.Webhook
+	var hooks *webhook.Service
+	if wc.Enabled {
+		hooks = webhook.NewService(st, wc)
+		st.RecordWebhookEvents(ids.Next)
+		if err := awaitDep(ctx, log, "webhook endpoints of logic.webhook.urls", func(ctx context.Context) error {
+			err := hooks.EnsureConfigEndpoints(ctx)
+			if errors.Is(err, webhook.ErrInvalid) {
+				return backoffStop{err}
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+	}
 	gates := gatepush.NewRegistry(rdb, log)
 	clients := gatepush.NewClients(cfg.Cluster.Secret)
 	defer clients.Close()
@@ -288,7 +304,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	adm.Handle("/gates", api.GatesHandler(onlineSvc))
 	logicv1.RegisterApiServer(gs, api.New(api.Services{
 		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
-		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens,
+		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens, Webhooks: hooks,
 	}, api.Config{JWTSecret: []byte(lc.JWTSecret), TokenTTL: lc.TokenTTL, SystemUserID: lc.SystemUserID},
 		notifier, log))
 	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))
@@ -304,6 +320,16 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		}
 		return nil
 	}
+	dispatchCtx, stopDispatch := context.WithCancel(base)
+	dispatched := make(chan struct{})
+	if wc.Enabled {
+		d := webhook.NewDispatcher(st, rdb, wc, log, webhook.NewMetrics(reg))
+		go func() { defer close(dispatched); d.Run(dispatchCtx) }()
+	} else {
+		close(dispatched)
+	}
+	defer func() { stopDispatch(); <-dispatched }()
+
 	rd.set(nil)
 	watchCtx, stopWatch := context.WithCancel(ctx)
 	defer stopWatch()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/retry"
 )
 
@@ -139,6 +140,15 @@ func (s *Store) createGroupOnce(ctx context.Context, ng NewGroup, events []Mailb
 		return GroupChange{}, err
 	}
 	if err := insertMembers(ctx, tx, g.ConversationID, ng.Members, now); err != nil {
+		return GroupChange{}, err
+	}
+	uids := make([]int64, len(ng.Members))
+	for i, m := range ng.Members {
+		uids[i] = m.UserID
+	}
+	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventGroupCreated, conversationID: g.ConversationID, data: groupEvent{
+		GroupID: jsonid.ID(g.ID), ConversationID: jsonid.ID(g.ConversationID), OwnerID: jsonid.ID(g.OwnerID), Name: g.Name, UserIDs: ids(uids),
+	}}); err != nil {
 		return GroupChange{}, err
 	}
 	var seqs []int64
@@ -288,6 +298,36 @@ type GroupTx struct {
 	now      time.Time
 	events   []MailboxEvent
 	eventIDs []int64
+	// hooks are the webhook events of the changes made so far.
+	hooks []pendingEvent
+}
+
+// groupEvent is the data of a group.* webhook event; each type sets the
+// fields it concerns.
+type groupEvent struct {
+	GroupID        jsonid.ID   `json:"group_id"`
+	ConversationID jsonid.ID   `json:"conversation_id"`
+	OwnerID        jsonid.ID   `json:"owner_id,omitempty"`
+	Name           string      `json:"name,omitempty"`
+	UserIDs        []jsonid.ID `json:"user_ids,omitempty"`
+	UserID         jsonid.ID   `json:"user_id,omitempty"`
+	Role           *int        `json:"role,omitempty"`
+	MuteUntil      *time.Time  `json:"mute_until,omitempty"`
+	Muted          *bool       `json:"muted,omitempty"`
+}
+
+func ids(v []int64) []jsonid.ID {
+	out := make([]jsonid.ID, len(v))
+	for i, x := range v {
+		out[i] = jsonid.ID(x)
+	}
+	return out
+}
+
+// hook queues a webhook event about this group, written at commit.
+func (t *GroupTx) hook(typ string, e groupEvent) {
+	e.GroupID, e.ConversationID = jsonid.ID(t.g.ID), jsonid.ID(t.g.ConversationID)
+	t.hooks = append(t.hooks, pendingEvent{typ: typ, conversationID: t.g.ConversationID, data: e})
 }
 
 // Group returns the locked group as changed so far in this transaction;
@@ -349,12 +389,18 @@ func (t *GroupTx) AddMembers(ctx context.Context, members []GroupMember) error {
 	}
 	t.g.MemberCount += len(members)
 	t.bump()
+	uids := make([]int64, len(members))
+	for i, m := range members {
+		uids[i] = m.UserID
+	}
+	t.hook(EventGroupMembersAdded, groupEvent{UserIDs: ids(uids)})
 	return nil
 }
 
 // RemoveMembers deletes the member rows of uids (the caller passes members
 // only) and returns how many it deleted.
 func (t *GroupTx) RemoveMembers(ctx context.Context, uids []int64) (int, error) {
+	all := uids
 	removed := 0
 	for len(uids) > 0 {
 		n := min(len(uids), insertChunk)
@@ -376,6 +422,7 @@ func (t *GroupTx) RemoveMembers(ctx context.Context, uids []int64) (int, error) 
 	if removed > 0 {
 		t.g.MemberCount -= removed
 		t.bump()
+		t.hook(EventGroupMembersRemoved, groupEvent{UserIDs: ids(all)})
 	}
 	return removed, nil
 }
@@ -387,6 +434,7 @@ func (t *GroupTx) SetRole(ctx context.Context, uid int64, role int) error {
 		return err
 	}
 	t.bump()
+	t.hook(EventGroupRoleChanged, groupEvent{UserID: jsonid.ID(uid), Role: &role})
 	return nil
 }
 
@@ -401,6 +449,13 @@ func (t *GroupTx) SetMuteUntil(ctx context.Context, uid int64, until sql.NullTim
 		return err
 	}
 	t.bump()
+	muted := until.Valid
+	e := groupEvent{UserID: jsonid.ID(uid), Muted: &muted}
+	if muted {
+		mu := ms(until.Time)
+		e.MuteUntil = &mu
+	}
+	t.hook(EventGroupMemberMuted, e)
 	return nil
 }
 
@@ -412,10 +467,17 @@ func (t *GroupTx) Update(fn func(g *Group)) {
 	fn(&g)
 	// Only these fields are the caller's to change.
 	t.g.Name, t.g.Avatar, t.g.Announcement = g.Name, g.Avatar, g.Announcement
+	if g.MuteAll != t.g.MuteAll {
+		muted := g.MuteAll
+		t.hook(EventGroupMuteAll, groupEvent{Muted: &muted})
+	}
 	t.g.OwnerID, t.g.MuteAll = g.OwnerID, g.MuteAll
 	if g.Status != t.g.Status {
 		t.g.Status = g.Status
 		t.bump()
+		if g.Status == GroupDissolved {
+			t.hook(EventGroupDissolved, groupEvent{})
+		}
 	}
 }
 
@@ -496,6 +558,9 @@ func (s *Store) changeGroupOnce(ctx context.Context, ref GroupRef, eventIDs []in
 	if _, err := tx.NamedExecContext(ctx, `UPDATE t_groups SET name = :name, avatar = :avatar, announcement = :announcement,
 owner_id = :owner_id, mute_all = :mute_all, status = :status, member_count = :member_count, member_version = :member_version,
 updated_at = :updated_at WHERE id = :id`, t.g); err != nil {
+		return GroupChange{}, false, err
+	}
+	if err := s.writeWebhookEvents(ctx, tx, t.now, t.hooks...); err != nil {
 		return GroupChange{}, false, err
 	}
 	var seqs []int64

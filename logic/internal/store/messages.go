@@ -10,6 +10,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/retry"
 )
 
@@ -268,6 +269,14 @@ type Recall struct {
 	Already bool
 }
 
+// recallEvent is the data of a message.recalled webhook event.
+type recallEvent struct {
+	MsgID          jsonid.ID `json:"msg_id"`
+	ConversationID jsonid.ID `json:"conversation_id"`
+	SenderID       jsonid.ID `json:"sender_id"`
+	Group          bool      `json:"group"`
+}
+
 // RecallMessage recalls msgID as userID: in one transaction it locks the
 // message, checks the sender (ErrNotSender) and the window (ErrRecallWindow;
 // window ≤ 0 means no limit), sets status recalled and, in a P2P
@@ -332,6 +341,10 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 		return Recall{}, ErrRecallWindow
 	}
 	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET status = ? WHERE id = ?", MessageRecalled, m.ID); err != nil {
+		return Recall{}, err
+	}
+	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventMessageRecalled, conversationID: m.ConversationID,
+		data: recallEvent{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), SenderID: jsonid.ID(m.SenderID), Group: r.Group}}); err != nil {
 		return Recall{}, err
 	}
 	members := r.Members

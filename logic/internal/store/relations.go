@@ -9,6 +9,7 @@ import (
 
 	"github.com/jmoiron/sqlx"
 
+	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/retry"
 )
 
@@ -85,6 +86,28 @@ type P2PFacts struct {
 	Friends bool `db:"friends"`
 }
 
+// relationPair is the two users of a relationship change, the one who
+// acted first; it is also the data of the change's webhook event.
+type relationPair struct {
+	UserID       jsonid.ID `json:"user_id"`
+	TargetUserID jsonid.ID `json:"target_user_id"`
+}
+
+func pairOf(user, target int64) relationPair {
+	return relationPair{UserID: jsonid.ID(user), TargetUserID: jsonid.ID(target)}
+}
+
+// relationWebhookEvents maps an outcome to its webhook event type (a
+// remark is private to its owner: none).
+var relationWebhookEvents = map[RelationOutcome]string{
+	RelationRequested:  EventFriendRequested,
+	RelationBefriended: EventFriendAdded,
+	RelationRejected:   EventFriendRejected,
+	RelationRemoved:    EventFriendRemoved,
+	RelationBlocked:    EventBlockAdded,
+	RelationUnblocked:  EventBlockRemoved,
+}
+
 // relationTx runs fn in a READ COMMITTED transaction, then appends the
 // events of its outcome in the same transaction, re-running it all after
 // a deadlock, a lock wait timeout or a duplicate key (concurrent changes
@@ -98,7 +121,7 @@ type P2PFacts struct {
 // users: unrelated users' requests would lock each other out and
 // deadlock. Under READ COMMITTED locks are taken on existing rows only,
 // and every change is written so that this is enough (see RequestFriend).
-func (s *Store) relationTx(ctx context.Context, op string, ids []int64, events RelationEvents,
+func (s *Store) relationTx(ctx context.Context, op string, users relationPair, ids []int64, events RelationEvents,
 	fn func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error)) (RelationChange, error) {
 	p := txRetry
 	p.Retryable = func(err error) bool {
@@ -107,7 +130,7 @@ func (s *Store) relationTx(ctx context.Context, op string, ids []int64, events R
 	}
 	var ch RelationChange
 	err := retry.Do(ctx, p, func(ctx context.Context) (err error) {
-		ch, err = s.relationTxOnce(ctx, ids, events, fn)
+		ch, err = s.relationTxOnce(ctx, users, ids, events, fn)
 		return err
 	})
 	if err != nil {
@@ -116,16 +139,22 @@ func (s *Store) relationTx(ctx context.Context, op string, ids []int64, events R
 	return ch, nil
 }
 
-func (s *Store) relationTxOnce(ctx context.Context, ids []int64, events RelationEvents,
+func (s *Store) relationTxOnce(ctx context.Context, users relationPair, ids []int64, events RelationEvents,
 	fn func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error)) (RelationChange, error) {
 	tx, err := s.db.BeginTxx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if err != nil {
 		return RelationChange{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	out, err := fn(tx, ms(time.Now()))
+	now := ms(time.Now())
+	out, err := fn(tx, now)
 	if err != nil {
 		return RelationChange{}, err
+	}
+	if typ := relationWebhookEvents[out]; typ != "" {
+		if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: typ, data: users}); err != nil {
+			return RelationChange{}, err
+		}
 	}
 	ch := RelationChange{Outcome: out}
 	if out != RelationUnchanged && events != nil {
@@ -214,7 +243,7 @@ WHERE ((to_user_id = ? AND from_user_id = ?) OR (to_user_id = ? AND from_user_id
 // the other's row (or waits for it, which InnoDB may end as a deadlock
 // that is retried): they end as friends, never as two pending requests.
 func (s *Store) RequestFriend(ctx context.Context, from, to int64, note string, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "request friend", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "request friend", pairOf(from, to), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		ab, ba, err := lockFriends(ctx, tx, from, to)
 		if err != nil {
 			return 0, err
@@ -270,7 +299,7 @@ VALUES (?, ?, ?, ?, ?, ?)`, to, from, note, RequestPending, now, now)
 // are still friends is unchanged; ErrNotFound when there is no pending
 // request (none, rejected, or accepted and removed since).
 func (s *Store) AcceptFriend(ctx context.Context, to, from int64, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "accept friend", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "accept friend", pairOf(to, from), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		st, err := lockRequest(ctx, tx, from, to)
 		if err != nil {
 			return 0, err
@@ -300,7 +329,7 @@ func (s *Store) AcceptFriend(ctx context.Context, to, from int64, ids []int64, e
 // Rejecting again is unchanged; ErrNotFound when there is no request or
 // it was accepted.
 func (s *Store) RejectFriend(ctx context.Context, to, from int64, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "reject friend", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "reject friend", pairOf(to, from), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		st, err := lockRequest(ctx, tx, from, to)
 		if err != nil {
 			return 0, err
@@ -322,7 +351,7 @@ func (s *Store) RejectFriend(ctx context.Context, to, from int64, ids []int64, e
 // business API): both rows in one transaction, and any pending request
 // between them is marked accepted. Friends already: unchanged.
 func (s *Store) AddFriend(ctx context.Context, a, b int64, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "add friend", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "add friend", pairOf(a, b), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		wrote, err := befriend(ctx, tx, a, b, now)
 		if err != nil {
 			return 0, err
@@ -338,7 +367,7 @@ func (s *Store) AddFriend(ctx context.Context, a, b int64, ids []int64, events R
 // (RelationRemoved); not friends: unchanged. Requests between them keep
 // their status, so either may ask again.
 func (s *Store) RemoveFriend(ctx context.Context, a, b int64, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "remove friend", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "remove friend", pairOf(a, b), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		res, err := tx.ExecContext(ctx, "DELETE FROM t_friends WHERE (user_id = ? AND friend_id = ?) OR (user_id = ? AND friend_id = ?)", a, b, b, a)
 		if err != nil {
 			return 0, err
@@ -357,7 +386,7 @@ func (s *Store) RemoveFriend(ctx context.Context, a, b int64, ids []int64, event
 // SetRemark sets user's remark for friend (RelationRemarked); the same
 // remark again is unchanged. ErrNotFound when they are not friends.
 func (s *Store) SetRemark(ctx context.Context, user, friend int64, remark string, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "set remark", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "set remark", pairOf(user, friend), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		var cur string
 		err := tx.GetContext(ctx, &cur, "SELECT remark FROM t_friends WHERE user_id = ? AND friend_id = ? FOR UPDATE", user, friend)
 		if errors.Is(err, sql.ErrNoRows) {
@@ -377,7 +406,7 @@ func (s *Store) SetRemark(ctx context.Context, user, friend int64, remark string
 // Block records that user blocks target (RelationBlocked); blocked
 // already: unchanged. A friendship is left as it is.
 func (s *Store) Block(ctx context.Context, user, target int64, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "block", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "block", pairOf(user, target), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		res, err := tx.ExecContext(ctx, "INSERT IGNORE INTO t_blocks (user_id, blocked_user_id, created_at) VALUES (?, ?, ?)", user, target, now)
 		if err != nil {
 			return 0, err
@@ -396,7 +425,7 @@ func (s *Store) Block(ctx context.Context, user, target int64, ids []int64, even
 // Unblock removes user's block of target (RelationUnblocked); not
 // blocked: unchanged.
 func (s *Store) Unblock(ctx context.Context, user, target int64, ids []int64, events RelationEvents) (RelationChange, error) {
-	return s.relationTx(ctx, "unblock", ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
+	return s.relationTx(ctx, "unblock", pairOf(user, target), ids, events, func(tx *sqlx.Tx, now time.Time) (RelationOutcome, error) {
 		res, err := tx.ExecContext(ctx, "DELETE FROM t_blocks WHERE user_id = ? AND blocked_user_id = ?", user, target)
 		if err != nil {
 			return 0, err

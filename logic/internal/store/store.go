@@ -15,6 +15,8 @@ import (
 // Store wraps the database.
 type Store struct {
 	db *sqlx.DB
+	// webhookIDs issues t_webhook_events ids; nil: no events recorded.
+	webhookIDs func(context.Context) (int64, error)
 }
 
 // New wraps an open database.

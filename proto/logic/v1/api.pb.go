@@ -3395,6 +3395,498 @@ func (x *GetPushSettingsRequest) GetUserId() int64 {
 	return 0
 }
 
+type CreateWebhookEndpointRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is http:// or https://; one that resolves to a loopback, private
+	// or other internal address is refused unless
+	// logic.webhook.allow_private_urls is set.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// events are the event types it receives (message.sent, group.created,
+	// …); empty: every event.
+	Events        []string `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWebhookEndpointRequest) Reset() {
+	*x = CreateWebhookEndpointRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWebhookEndpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWebhookEndpointRequest) ProtoMessage() {}
+
+func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWebhookEndpointRequest.ProtoReflect.Descriptor instead.
+func (*CreateWebhookEndpointRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *CreateWebhookEndpointRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateWebhookEndpointRequest) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type WebhookEndpoint struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	EndpointId int64                  `protobuf:"varint,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	Url        string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	Events     []string               `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	// secret is the whsec_ signing secret, set only in the answers of
+	// CreateWebhookEndpoint and RotateWebhookSecret.
+	Secret string `protobuf:"bytes,4,opt,name=secret,proto3" json:"secret,omitempty"`
+	// status is active, disabled, gone (it answered 410) or dead (retries
+	// exhausted).
+	Status string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	// cursor_id: every event with an id up to it was delivered (or is not
+	// subscribed to).
+	CursorId int64 `protobuf:"varint,6,opt,name=cursor_id,json=cursorId,proto3" json:"cursor_id,omitempty"`
+	// attempts failed at the next event; next_attempt_ms is when it is
+	// tried again (0: now), last_error why it failed.
+	Attempts      int32  `protobuf:"varint,7,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	NextAttemptMs int64  `protobuf:"varint,8,opt,name=next_attempt_ms,json=nextAttemptMs,proto3" json:"next_attempt_ms,omitempty"`
+	LastError     string `protobuf:"bytes,9,opt,name=last_error,json=lastError,proto3" json:"last_error,omitempty"`
+	// old_secret_until_ms is the end of a rotation's grace period (0: none).
+	OldSecretUntilMs int64 `protobuf:"varint,10,opt,name=old_secret_until_ms,json=oldSecretUntilMs,proto3" json:"old_secret_until_ms,omitempty"`
+	// from_config: created from logic.webhook.urls.
+	FromConfig    bool  `protobuf:"varint,11,opt,name=from_config,json=fromConfig,proto3" json:"from_config,omitempty"`
+	CreatedAtMs   int64 `protobuf:"varint,12,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookEndpoint) Reset() {
+	*x = WebhookEndpoint{}
+	mi := &file_logic_v1_api_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookEndpoint) ProtoMessage() {}
+
+func (x *WebhookEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookEndpoint.ProtoReflect.Descriptor instead.
+func (*WebhookEndpoint) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *WebhookEndpoint) GetEndpointId() int64 {
+	if x != nil {
+		return x.EndpointId
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *WebhookEndpoint) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetCursorId() int64 {
+	if x != nil {
+		return x.CursorId
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetNextAttemptMs() int64 {
+	if x != nil {
+		return x.NextAttemptMs
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetLastError() string {
+	if x != nil {
+		return x.LastError
+	}
+	return ""
+}
+
+func (x *WebhookEndpoint) GetOldSecretUntilMs() int64 {
+	if x != nil {
+		return x.OldSecretUntilMs
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetFromConfig() bool {
+	if x != nil {
+		return x.FromConfig
+	}
+	return false
+}
+
+func (x *WebhookEndpoint) GetCreatedAtMs() int64 {
+	if x != nil {
+		return x.CreatedAtMs
+	}
+	return 0
+}
+
+type ListWebhookEndpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookEndpointsRequest) Reset() {
+	*x = ListWebhookEndpointsRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookEndpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookEndpointsRequest) ProtoMessage() {}
+
+func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookEndpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhookEndpointsRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{55}
+}
+
+type ListWebhookEndpointsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Endpoints     []*WebhookEndpoint     `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhookEndpointsReply) Reset() {
+	*x = ListWebhookEndpointsReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhookEndpointsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhookEndpointsReply) ProtoMessage() {}
+
+func (x *ListWebhookEndpointsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhookEndpointsReply.ProtoReflect.Descriptor instead.
+func (*ListWebhookEndpointsReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *ListWebhookEndpointsReply) GetEndpoints() []*WebhookEndpoint {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+type WebhookEndpointRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	EndpointId    int64                  `protobuf:"varint,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WebhookEndpointRef) Reset() {
+	*x = WebhookEndpointRef{}
+	mi := &file_logic_v1_api_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WebhookEndpointRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WebhookEndpointRef) ProtoMessage() {}
+
+func (x *WebhookEndpointRef) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WebhookEndpointRef.ProtoReflect.Descriptor instead.
+func (*WebhookEndpointRef) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *WebhookEndpointRef) GetEndpointId() int64 {
+	if x != nil {
+		return x.EndpointId
+	}
+	return 0
+}
+
+type RotateWebhookSecretRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	EndpointId int64                  `protobuf:"varint,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// grace_seconds the old secret keeps signing (at most 7 days).
+	GraceSeconds  int64 `protobuf:"varint,2,opt,name=grace_seconds,json=graceSeconds,proto3" json:"grace_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RotateWebhookSecretRequest) Reset() {
+	*x = RotateWebhookSecretRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RotateWebhookSecretRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RotateWebhookSecretRequest) ProtoMessage() {}
+
+func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
+func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *RotateWebhookSecretRequest) GetEndpointId() int64 {
+	if x != nil {
+		return x.EndpointId
+	}
+	return 0
+}
+
+func (x *RotateWebhookSecretRequest) GetGraceSeconds() int64 {
+	if x != nil {
+		return x.GraceSeconds
+	}
+	return 0
+}
+
+type ReplayWebhookEndpointRequest struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	EndpointId int64                  `protobuf:"varint,1,opt,name=endpoint_id,json=endpointId,proto3" json:"endpoint_id,omitempty"`
+	// from_id: events with a larger id are sent again (a msg_id or the
+	// number of an evt_ webhook-id); 0 resumes at the cursor.
+	FromId        int64 `protobuf:"varint,2,opt,name=from_id,json=fromId,proto3" json:"from_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplayWebhookEndpointRequest) Reset() {
+	*x = ReplayWebhookEndpointRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplayWebhookEndpointRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplayWebhookEndpointRequest) ProtoMessage() {}
+
+func (x *ReplayWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplayWebhookEndpointRequest.ProtoReflect.Descriptor instead.
+func (*ReplayWebhookEndpointRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ReplayWebhookEndpointRequest) GetEndpointId() int64 {
+	if x != nil {
+		return x.EndpointId
+	}
+	return 0
+}
+
+func (x *ReplayWebhookEndpointRequest) GetFromId() int64 {
+	if x != nil {
+		return x.FromId
+	}
+	return 0
+}
+
+type TestWebhookEndpointReply struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	WebhookId string                 `protobuf:"bytes,1,opt,name=webhook_id,json=webhookId,proto3" json:"webhook_id,omitempty"`
+	// status is the endpoint's HTTP status (0: no answer).
+	Status int32 `protobuf:"varint,2,opt,name=status,proto3" json:"status,omitempty"`
+	// error says why the attempt failed; empty on a 2xx.
+	Error         string `protobuf:"bytes,3,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TestWebhookEndpointReply) Reset() {
+	*x = TestWebhookEndpointReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TestWebhookEndpointReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TestWebhookEndpointReply) ProtoMessage() {}
+
+func (x *TestWebhookEndpointReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TestWebhookEndpointReply.ProtoReflect.Descriptor instead.
+func (*TestWebhookEndpointReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *TestWebhookEndpointReply) GetWebhookId() string {
+	if x != nil {
+		return x.WebhookId
+	}
+	return ""
+}
+
+func (x *TestWebhookEndpointReply) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *TestWebhookEndpointReply) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 var File_logic_v1_api_proto protoreflect.FileDescriptor
 
 const file_logic_v1_api_proto_rawDesc = "" +
@@ -3652,11 +4144,50 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x18\n" +
 	"\apreview\x18\x02 \x01(\tR\apreview\"1\n" +
 	"\x16GetPushSettingsRequest\x12\x17\n" +
-	"\auser_id\x18\x01 \x01(\x03R\x06userId*N\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\"H\n" +
+	"\x1cCreateWebhookEndpointRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06events\x18\x02 \x03(\tR\x06events\"\x80\x03\n" +
+	"\x0fWebhookEndpoint\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\x03R\n" +
+	"endpointId\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06events\x18\x03 \x03(\tR\x06events\x12\x16\n" +
+	"\x06secret\x18\x04 \x01(\tR\x06secret\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x1b\n" +
+	"\tcursor_id\x18\x06 \x01(\x03R\bcursorId\x12\x1a\n" +
+	"\battempts\x18\a \x01(\x05R\battempts\x12&\n" +
+	"\x0fnext_attempt_ms\x18\b \x01(\x03R\rnextAttemptMs\x12\x1d\n" +
+	"\n" +
+	"last_error\x18\t \x01(\tR\tlastError\x12-\n" +
+	"\x13old_secret_until_ms\x18\n" +
+	" \x01(\x03R\x10oldSecretUntilMs\x12\x1f\n" +
+	"\vfrom_config\x18\v \x01(\bR\n" +
+	"fromConfig\x12\"\n" +
+	"\rcreated_at_ms\x18\f \x01(\x03R\vcreatedAtMs\"\x1d\n" +
+	"\x1bListWebhookEndpointsRequest\"T\n" +
+	"\x19ListWebhookEndpointsReply\x127\n" +
+	"\tendpoints\x18\x01 \x03(\v2\x19.logic.v1.WebhookEndpointR\tendpoints\"5\n" +
+	"\x12WebhookEndpointRef\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\x03R\n" +
+	"endpointId\"b\n" +
+	"\x1aRotateWebhookSecretRequest\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\x03R\n" +
+	"endpointId\x12#\n" +
+	"\rgrace_seconds\x18\x02 \x01(\x03R\fgraceSeconds\"X\n" +
+	"\x1cReplayWebhookEndpointRequest\x12\x1f\n" +
+	"\vendpoint_id\x18\x01 \x01(\x03R\n" +
+	"endpointId\x12\x17\n" +
+	"\afrom_id\x18\x02 \x01(\x03R\x06fromId\"g\n" +
+	"\x18TestWebhookEndpointReply\x12\x1d\n" +
+	"\n" +
+	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x14\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error*N\n" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xfa\x1e\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\x84%\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -3700,7 +4231,13 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x11RegisterPushToken\x12\".logic.v1.RegisterPushTokenRequest\x1a\x18.logic.v1.PushTokenReply\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/users/{user_id}/devices/{device_id}/push-token\x12\x9b\x01\n" +
 	"\x13UnregisterPushToken\x12$.logic.v1.UnregisterPushTokenRequest\x1a\x18.logic.v1.PushTokenReply\"D\x82\xd3\xe4\x93\x02>:\x01*\"9/v1/users/{user_id}/devices/{device_id}/push-token:remove\x12o\n" +
 	"\x0fSetPushSettings\x12\x16.logic.v1.PushSettings\x1a\x16.logic.v1.PushSettings\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/users/{user_id}/push-settings\x12v\n" +
-	"\x0fGetPushSettings\x12 .logic.v1.GetPushSettingsRequest\x1a\x16.logic.v1.PushSettings\")\x82\xd3\xe4\x93\x02#\x12!/v1/users/{user_id}/push-settingsB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
+	"\x0fGetPushSettings\x12 .logic.v1.GetPushSettingsRequest\x1a\x16.logic.v1.PushSettings\")\x82\xd3\xe4\x93\x02#\x12!/v1/users/{user_id}/push-settings\x12s\n" +
+	"\x15CreateWebhookEndpoint\x12&.logic.v1.CreateWebhookEndpointRequest\x1a\x19.logic.v1.WebhookEndpoint\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/webhooks\x12x\n" +
+	"\x14ListWebhookEndpoints\x12%.logic.v1.ListWebhookEndpointsRequest\x1a#.logic.v1.ListWebhookEndpointsReply\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/webhooks\x12\x80\x01\n" +
+	"\x16DisableWebhookEndpoint\x12\x1c.logic.v1.WebhookEndpointRef\x1a\x19.logic.v1.WebhookEndpoint\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/webhooks/{endpoint_id}/disable\x12\x84\x01\n" +
+	"\x13RotateWebhookSecret\x12$.logic.v1.RotateWebhookSecretRequest\x1a\x19.logic.v1.WebhookEndpoint\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/webhooks/{endpoint_id}/rotate\x12\x88\x01\n" +
+	"\x15ReplayWebhookEndpoint\x12&.logic.v1.ReplayWebhookEndpointRequest\x1a\x19.logic.v1.WebhookEndpoint\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/webhooks/{endpoint_id}/replay\x12\x83\x01\n" +
+	"\x13TestWebhookEndpoint\x12\x1c.logic.v1.WebhookEndpointRef\x1a\".logic.v1.TestWebhookEndpointReply\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/webhooks/{endpoint_id}/testB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
 
 var (
 	file_logic_v1_api_proto_rawDescOnce sync.Once
@@ -3715,62 +4252,70 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
 var file_logic_v1_api_proto_goTypes = []any{
-	(GroupRole)(0),                     // 0: logic.v1.GroupRole
-	(*UpsertUserRequest)(nil),          // 1: logic.v1.UpsertUserRequest
-	(*GetUserRequest)(nil),             // 2: logic.v1.GetUserRequest
-	(*User)(nil),                       // 3: logic.v1.User
-	(*DisableUserRequest)(nil),         // 4: logic.v1.DisableUserRequest
-	(*DisableUserReply)(nil),           // 5: logic.v1.DisableUserReply
-	(*EnableUserRequest)(nil),          // 6: logic.v1.EnableUserRequest
-	(*IssueTokenRequest)(nil),          // 7: logic.v1.IssueTokenRequest
-	(*IssueTokenReply)(nil),            // 8: logic.v1.IssueTokenReply
-	(*RevokeTokensRequest)(nil),        // 9: logic.v1.RevokeTokensRequest
-	(*RevokeTokensReply)(nil),          // 10: logic.v1.RevokeTokensReply
-	(*FriendPair)(nil),                 // 11: logic.v1.FriendPair
-	(*FriendRequestRequest)(nil),       // 12: logic.v1.FriendRequestRequest
-	(*BlockRequest)(nil),               // 13: logic.v1.BlockRequest
-	(*ChangeReply)(nil),                // 14: logic.v1.ChangeReply
-	(*ListRequest)(nil),                // 15: logic.v1.ListRequest
-	(*Friend)(nil),                     // 16: logic.v1.Friend
-	(*ListFriendsReply)(nil),           // 17: logic.v1.ListFriendsReply
-	(*Blocked)(nil),                    // 18: logic.v1.Blocked
-	(*ListBlocksReply)(nil),            // 19: logic.v1.ListBlocksReply
-	(*Group)(nil),                      // 20: logic.v1.Group
-	(*GroupReply)(nil),                 // 21: logic.v1.GroupReply
-	(*CreateGroupRequest)(nil),         // 22: logic.v1.CreateGroupRequest
-	(*GroupRef)(nil),                   // 23: logic.v1.GroupRef
-	(*ChangeGroupMembersRequest)(nil),  // 24: logic.v1.ChangeGroupMembersRequest
-	(*LeaveGroupRequest)(nil),          // 25: logic.v1.LeaveGroupRequest
-	(*SetGroupRoleRequest)(nil),        // 26: logic.v1.SetGroupRoleRequest
-	(*MuteGroupRequest)(nil),           // 27: logic.v1.MuteGroupRequest
-	(*MuteGroupMemberRequest)(nil),     // 28: logic.v1.MuteGroupMemberRequest
-	(*TransferGroupRequest)(nil),       // 29: logic.v1.TransferGroupRequest
-	(*UpdateGroupRequest)(nil),         // 30: logic.v1.UpdateGroupRequest
-	(*ListGroupMembersRequest)(nil),    // 31: logic.v1.ListGroupMembersRequest
-	(*GroupMember)(nil),                // 32: logic.v1.GroupMember
-	(*ListGroupMembersReply)(nil),      // 33: logic.v1.ListGroupMembersReply
-	(*SendMessageRequest)(nil),         // 34: logic.v1.SendMessageRequest
-	(*SendMessageReply)(nil),           // 35: logic.v1.SendMessageReply
-	(*GetHistoryRequest)(nil),          // 36: logic.v1.GetHistoryRequest
-	(*HistoryMessage)(nil),             // 37: logic.v1.HistoryMessage
-	(*GetHistoryReply)(nil),            // 38: logic.v1.GetHistoryReply
-	(*PushToUsersRequest)(nil),         // 39: logic.v1.PushToUsersRequest
-	(*BroadcastRequest)(nil),           // 40: logic.v1.BroadcastRequest
-	(*PushReply)(nil),                  // 41: logic.v1.PushReply
-	(*GetPresenceRequest)(nil),         // 42: logic.v1.GetPresenceRequest
-	(*Device)(nil),                     // 43: logic.v1.Device
-	(*Presence)(nil),                   // 44: logic.v1.Presence
-	(*GetPresenceReply)(nil),           // 45: logic.v1.GetPresenceReply
-	(*ListGatesRequest)(nil),           // 46: logic.v1.ListGatesRequest
-	(*GateInfo)(nil),                   // 47: logic.v1.GateInfo
-	(*ListGatesReply)(nil),             // 48: logic.v1.ListGatesReply
-	(*RegisterPushTokenRequest)(nil),   // 49: logic.v1.RegisterPushTokenRequest
-	(*UnregisterPushTokenRequest)(nil), // 50: logic.v1.UnregisterPushTokenRequest
-	(*PushTokenReply)(nil),             // 51: logic.v1.PushTokenReply
-	(*PushSettings)(nil),               // 52: logic.v1.PushSettings
-	(*GetPushSettingsRequest)(nil),     // 53: logic.v1.GetPushSettingsRequest
+	(GroupRole)(0),                       // 0: logic.v1.GroupRole
+	(*UpsertUserRequest)(nil),            // 1: logic.v1.UpsertUserRequest
+	(*GetUserRequest)(nil),               // 2: logic.v1.GetUserRequest
+	(*User)(nil),                         // 3: logic.v1.User
+	(*DisableUserRequest)(nil),           // 4: logic.v1.DisableUserRequest
+	(*DisableUserReply)(nil),             // 5: logic.v1.DisableUserReply
+	(*EnableUserRequest)(nil),            // 6: logic.v1.EnableUserRequest
+	(*IssueTokenRequest)(nil),            // 7: logic.v1.IssueTokenRequest
+	(*IssueTokenReply)(nil),              // 8: logic.v1.IssueTokenReply
+	(*RevokeTokensRequest)(nil),          // 9: logic.v1.RevokeTokensRequest
+	(*RevokeTokensReply)(nil),            // 10: logic.v1.RevokeTokensReply
+	(*FriendPair)(nil),                   // 11: logic.v1.FriendPair
+	(*FriendRequestRequest)(nil),         // 12: logic.v1.FriendRequestRequest
+	(*BlockRequest)(nil),                 // 13: logic.v1.BlockRequest
+	(*ChangeReply)(nil),                  // 14: logic.v1.ChangeReply
+	(*ListRequest)(nil),                  // 15: logic.v1.ListRequest
+	(*Friend)(nil),                       // 16: logic.v1.Friend
+	(*ListFriendsReply)(nil),             // 17: logic.v1.ListFriendsReply
+	(*Blocked)(nil),                      // 18: logic.v1.Blocked
+	(*ListBlocksReply)(nil),              // 19: logic.v1.ListBlocksReply
+	(*Group)(nil),                        // 20: logic.v1.Group
+	(*GroupReply)(nil),                   // 21: logic.v1.GroupReply
+	(*CreateGroupRequest)(nil),           // 22: logic.v1.CreateGroupRequest
+	(*GroupRef)(nil),                     // 23: logic.v1.GroupRef
+	(*ChangeGroupMembersRequest)(nil),    // 24: logic.v1.ChangeGroupMembersRequest
+	(*LeaveGroupRequest)(nil),            // 25: logic.v1.LeaveGroupRequest
+	(*SetGroupRoleRequest)(nil),          // 26: logic.v1.SetGroupRoleRequest
+	(*MuteGroupRequest)(nil),             // 27: logic.v1.MuteGroupRequest
+	(*MuteGroupMemberRequest)(nil),       // 28: logic.v1.MuteGroupMemberRequest
+	(*TransferGroupRequest)(nil),         // 29: logic.v1.TransferGroupRequest
+	(*UpdateGroupRequest)(nil),           // 30: logic.v1.UpdateGroupRequest
+	(*ListGroupMembersRequest)(nil),      // 31: logic.v1.ListGroupMembersRequest
+	(*GroupMember)(nil),                  // 32: logic.v1.GroupMember
+	(*ListGroupMembersReply)(nil),        // 33: logic.v1.ListGroupMembersReply
+	(*SendMessageRequest)(nil),           // 34: logic.v1.SendMessageRequest
+	(*SendMessageReply)(nil),             // 35: logic.v1.SendMessageReply
+	(*GetHistoryRequest)(nil),            // 36: logic.v1.GetHistoryRequest
+	(*HistoryMessage)(nil),               // 37: logic.v1.HistoryMessage
+	(*GetHistoryReply)(nil),              // 38: logic.v1.GetHistoryReply
+	(*PushToUsersRequest)(nil),           // 39: logic.v1.PushToUsersRequest
+	(*BroadcastRequest)(nil),             // 40: logic.v1.BroadcastRequest
+	(*PushReply)(nil),                    // 41: logic.v1.PushReply
+	(*GetPresenceRequest)(nil),           // 42: logic.v1.GetPresenceRequest
+	(*Device)(nil),                       // 43: logic.v1.Device
+	(*Presence)(nil),                     // 44: logic.v1.Presence
+	(*GetPresenceReply)(nil),             // 45: logic.v1.GetPresenceReply
+	(*ListGatesRequest)(nil),             // 46: logic.v1.ListGatesRequest
+	(*GateInfo)(nil),                     // 47: logic.v1.GateInfo
+	(*ListGatesReply)(nil),               // 48: logic.v1.ListGatesReply
+	(*RegisterPushTokenRequest)(nil),     // 49: logic.v1.RegisterPushTokenRequest
+	(*UnregisterPushTokenRequest)(nil),   // 50: logic.v1.UnregisterPushTokenRequest
+	(*PushTokenReply)(nil),               // 51: logic.v1.PushTokenReply
+	(*PushSettings)(nil),                 // 52: logic.v1.PushSettings
+	(*GetPushSettingsRequest)(nil),       // 53: logic.v1.GetPushSettingsRequest
+	(*CreateWebhookEndpointRequest)(nil), // 54: logic.v1.CreateWebhookEndpointRequest
+	(*WebhookEndpoint)(nil),              // 55: logic.v1.WebhookEndpoint
+	(*ListWebhookEndpointsRequest)(nil),  // 56: logic.v1.ListWebhookEndpointsRequest
+	(*ListWebhookEndpointsReply)(nil),    // 57: logic.v1.ListWebhookEndpointsReply
+	(*WebhookEndpointRef)(nil),           // 58: logic.v1.WebhookEndpointRef
+	(*RotateWebhookSecretRequest)(nil),   // 59: logic.v1.RotateWebhookSecretRequest
+	(*ReplayWebhookEndpointRequest)(nil), // 60: logic.v1.ReplayWebhookEndpointRequest
+	(*TestWebhookEndpointReply)(nil),     // 61: logic.v1.TestWebhookEndpointReply
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -3783,83 +4328,96 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	43, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
 	44, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
 	47, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
-	1,  // 10: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
-	2,  // 11: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
-	4,  // 12: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
-	6,  // 13: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
-	7,  // 14: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
-	9,  // 15: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
-	11, // 16: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
-	12, // 17: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
-	11, // 18: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
-	11, // 19: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
-	15, // 20: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
-	13, // 21: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
-	13, // 22: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
-	15, // 23: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
-	22, // 24: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
-	24, // 25: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	24, // 26: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	25, // 27: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
-	26, // 28: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
-	27, // 29: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
-	28, // 30: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
-	29, // 31: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
-	23, // 32: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
-	30, // 33: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
-	23, // 34: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
-	31, // 35: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
-	34, // 36: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
-	36, // 37: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
-	39, // 38: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
-	40, // 39: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
-	42, // 40: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	46, // 41: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	49, // 42: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
-	50, // 43: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
-	52, // 44: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
-	53, // 45: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
-	3,  // 46: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 47: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 48: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 49: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 50: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 51: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 52: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 53: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 54: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 55: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 56: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 57: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 58: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 59: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 60: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 61: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 62: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 63: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 64: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 65: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 66: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 67: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 68: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 69: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 70: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 71: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 72: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	38, // 73: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	41, // 74: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	41, // 75: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	45, // 76: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	48, // 77: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	51, // 78: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
-	51, // 79: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
-	52, // 80: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
-	52, // 81: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
-	46, // [46:82] is the sub-list for method output_type
-	10, // [10:46] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	55, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
+	1,  // 11: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
+	2,  // 12: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
+	4,  // 13: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
+	6,  // 14: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
+	7,  // 15: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
+	9,  // 16: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
+	11, // 17: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
+	12, // 18: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
+	11, // 19: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
+	11, // 20: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
+	15, // 21: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
+	13, // 22: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
+	13, // 23: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
+	15, // 24: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
+	22, // 25: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
+	24, // 26: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	24, // 27: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	25, // 28: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
+	26, // 29: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
+	27, // 30: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
+	28, // 31: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
+	29, // 32: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
+	23, // 33: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
+	30, // 34: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
+	23, // 35: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
+	31, // 36: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
+	34, // 37: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
+	36, // 38: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	39, // 39: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	40, // 40: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	42, // 41: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	46, // 42: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	49, // 43: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	50, // 44: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	52, // 45: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	53, // 46: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	54, // 47: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
+	56, // 48: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
+	58, // 49: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	59, // 50: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
+	60, // 51: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
+	58, // 52: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	3,  // 53: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 54: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 55: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 56: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 57: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 58: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 59: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 60: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 61: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 62: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 63: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 64: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 65: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 66: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 67: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 68: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 69: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 70: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 71: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 72: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 73: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 74: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 75: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 76: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 77: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 78: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 79: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	38, // 80: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	41, // 81: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	41, // 82: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	45, // 83: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	48, // 84: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	51, // 85: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	51, // 86: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	52, // 87: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	52, // 88: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	55, // 89: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	57, // 90: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
+	55, // 91: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	55, // 92: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
+	55, // 93: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	61, // 94: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
+	53, // [53:95] is the sub-list for method output_type
+	11, // [11:53] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_api_proto_init() }
@@ -3875,7 +4433,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   53,
+			NumMessages:   61,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,42 +19,48 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Api_UpsertUser_FullMethodName          = "/logic.v1.Api/UpsertUser"
-	Api_GetUser_FullMethodName             = "/logic.v1.Api/GetUser"
-	Api_DisableUser_FullMethodName         = "/logic.v1.Api/DisableUser"
-	Api_EnableUser_FullMethodName          = "/logic.v1.Api/EnableUser"
-	Api_IssueToken_FullMethodName          = "/logic.v1.Api/IssueToken"
-	Api_RevokeTokens_FullMethodName        = "/logic.v1.Api/RevokeTokens"
-	Api_AddFriend_FullMethodName           = "/logic.v1.Api/AddFriend"
-	Api_RequestFriend_FullMethodName       = "/logic.v1.Api/RequestFriend"
-	Api_AcceptFriend_FullMethodName        = "/logic.v1.Api/AcceptFriend"
-	Api_RemoveFriend_FullMethodName        = "/logic.v1.Api/RemoveFriend"
-	Api_ListFriends_FullMethodName         = "/logic.v1.Api/ListFriends"
-	Api_Block_FullMethodName               = "/logic.v1.Api/Block"
-	Api_Unblock_FullMethodName             = "/logic.v1.Api/Unblock"
-	Api_ListBlocks_FullMethodName          = "/logic.v1.Api/ListBlocks"
-	Api_CreateGroup_FullMethodName         = "/logic.v1.Api/CreateGroup"
-	Api_AddGroupMembers_FullMethodName     = "/logic.v1.Api/AddGroupMembers"
-	Api_RemoveGroupMembers_FullMethodName  = "/logic.v1.Api/RemoveGroupMembers"
-	Api_LeaveGroup_FullMethodName          = "/logic.v1.Api/LeaveGroup"
-	Api_SetGroupRole_FullMethodName        = "/logic.v1.Api/SetGroupRole"
-	Api_MuteGroup_FullMethodName           = "/logic.v1.Api/MuteGroup"
-	Api_MuteGroupMember_FullMethodName     = "/logic.v1.Api/MuteGroupMember"
-	Api_TransferGroup_FullMethodName       = "/logic.v1.Api/TransferGroup"
-	Api_DissolveGroup_FullMethodName       = "/logic.v1.Api/DissolveGroup"
-	Api_UpdateGroup_FullMethodName         = "/logic.v1.Api/UpdateGroup"
-	Api_GetGroup_FullMethodName            = "/logic.v1.Api/GetGroup"
-	Api_ListGroupMembers_FullMethodName    = "/logic.v1.Api/ListGroupMembers"
-	Api_SendMessage_FullMethodName         = "/logic.v1.Api/SendMessage"
-	Api_GetHistory_FullMethodName          = "/logic.v1.Api/GetHistory"
-	Api_PushToUsers_FullMethodName         = "/logic.v1.Api/PushToUsers"
-	Api_Broadcast_FullMethodName           = "/logic.v1.Api/Broadcast"
-	Api_GetPresence_FullMethodName         = "/logic.v1.Api/GetPresence"
-	Api_ListGates_FullMethodName           = "/logic.v1.Api/ListGates"
-	Api_RegisterPushToken_FullMethodName   = "/logic.v1.Api/RegisterPushToken"
-	Api_UnregisterPushToken_FullMethodName = "/logic.v1.Api/UnregisterPushToken"
-	Api_SetPushSettings_FullMethodName     = "/logic.v1.Api/SetPushSettings"
-	Api_GetPushSettings_FullMethodName     = "/logic.v1.Api/GetPushSettings"
+	Api_UpsertUser_FullMethodName             = "/logic.v1.Api/UpsertUser"
+	Api_GetUser_FullMethodName                = "/logic.v1.Api/GetUser"
+	Api_DisableUser_FullMethodName            = "/logic.v1.Api/DisableUser"
+	Api_EnableUser_FullMethodName             = "/logic.v1.Api/EnableUser"
+	Api_IssueToken_FullMethodName             = "/logic.v1.Api/IssueToken"
+	Api_RevokeTokens_FullMethodName           = "/logic.v1.Api/RevokeTokens"
+	Api_AddFriend_FullMethodName              = "/logic.v1.Api/AddFriend"
+	Api_RequestFriend_FullMethodName          = "/logic.v1.Api/RequestFriend"
+	Api_AcceptFriend_FullMethodName           = "/logic.v1.Api/AcceptFriend"
+	Api_RemoveFriend_FullMethodName           = "/logic.v1.Api/RemoveFriend"
+	Api_ListFriends_FullMethodName            = "/logic.v1.Api/ListFriends"
+	Api_Block_FullMethodName                  = "/logic.v1.Api/Block"
+	Api_Unblock_FullMethodName                = "/logic.v1.Api/Unblock"
+	Api_ListBlocks_FullMethodName             = "/logic.v1.Api/ListBlocks"
+	Api_CreateGroup_FullMethodName            = "/logic.v1.Api/CreateGroup"
+	Api_AddGroupMembers_FullMethodName        = "/logic.v1.Api/AddGroupMembers"
+	Api_RemoveGroupMembers_FullMethodName     = "/logic.v1.Api/RemoveGroupMembers"
+	Api_LeaveGroup_FullMethodName             = "/logic.v1.Api/LeaveGroup"
+	Api_SetGroupRole_FullMethodName           = "/logic.v1.Api/SetGroupRole"
+	Api_MuteGroup_FullMethodName              = "/logic.v1.Api/MuteGroup"
+	Api_MuteGroupMember_FullMethodName        = "/logic.v1.Api/MuteGroupMember"
+	Api_TransferGroup_FullMethodName          = "/logic.v1.Api/TransferGroup"
+	Api_DissolveGroup_FullMethodName          = "/logic.v1.Api/DissolveGroup"
+	Api_UpdateGroup_FullMethodName            = "/logic.v1.Api/UpdateGroup"
+	Api_GetGroup_FullMethodName               = "/logic.v1.Api/GetGroup"
+	Api_ListGroupMembers_FullMethodName       = "/logic.v1.Api/ListGroupMembers"
+	Api_SendMessage_FullMethodName            = "/logic.v1.Api/SendMessage"
+	Api_GetHistory_FullMethodName             = "/logic.v1.Api/GetHistory"
+	Api_PushToUsers_FullMethodName            = "/logic.v1.Api/PushToUsers"
+	Api_Broadcast_FullMethodName              = "/logic.v1.Api/Broadcast"
+	Api_GetPresence_FullMethodName            = "/logic.v1.Api/GetPresence"
+	Api_ListGates_FullMethodName              = "/logic.v1.Api/ListGates"
+	Api_RegisterPushToken_FullMethodName      = "/logic.v1.Api/RegisterPushToken"
+	Api_UnregisterPushToken_FullMethodName    = "/logic.v1.Api/UnregisterPushToken"
+	Api_SetPushSettings_FullMethodName        = "/logic.v1.Api/SetPushSettings"
+	Api_GetPushSettings_FullMethodName        = "/logic.v1.Api/GetPushSettings"
+	Api_CreateWebhookEndpoint_FullMethodName  = "/logic.v1.Api/CreateWebhookEndpoint"
+	Api_ListWebhookEndpoints_FullMethodName   = "/logic.v1.Api/ListWebhookEndpoints"
+	Api_DisableWebhookEndpoint_FullMethodName = "/logic.v1.Api/DisableWebhookEndpoint"
+	Api_RotateWebhookSecret_FullMethodName    = "/logic.v1.Api/RotateWebhookSecret"
+	Api_ReplayWebhookEndpoint_FullMethodName  = "/logic.v1.Api/ReplayWebhookEndpoint"
+	Api_TestWebhookEndpoint_FullMethodName    = "/logic.v1.Api/TestWebhookEndpoint"
 )
 
 // ApiClient is the client API for Api service.
@@ -153,6 +159,24 @@ type ApiClient interface {
 	SetPushSettings(ctx context.Context, in *PushSettings, opts ...grpc.CallOption) (*PushSettings, error)
 	// GetPushSettings reads a user's push settings.
 	GetPushSettings(ctx context.Context, in *GetPushSettingsRequest, opts ...grpc.CallOption) (*PushSettings, error)
+	// CreateWebhookEndpoint adds an endpoint that receives the events
+	// (all, or those listed) committed from now on; the answer carries its
+	// signing secret, which no other call shows again.
+	CreateWebhookEndpoint(ctx context.Context, in *CreateWebhookEndpointRequest, opts ...grpc.CallOption) (*WebhookEndpoint, error)
+	// ListWebhookEndpoints lists every endpoint with its delivery state.
+	ListWebhookEndpoints(ctx context.Context, in *ListWebhookEndpointsRequest, opts ...grpc.CallOption) (*ListWebhookEndpointsReply, error)
+	// DisableWebhookEndpoint stops deliveries; the cursor stays, so
+	// ReplayWebhookEndpoint resumes it.
+	DisableWebhookEndpoint(ctx context.Context, in *WebhookEndpointRef, opts ...grpc.CallOption) (*WebhookEndpoint, error)
+	// RotateWebhookSecret gives the endpoint a new secret; the old one
+	// keeps signing beside it for grace_seconds.
+	RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*WebhookEndpoint, error)
+	// ReplayWebhookEndpoint makes the endpoint active again and sends every
+	// event after from_id again, in order (0: resume where it stopped).
+	ReplayWebhookEndpoint(ctx context.Context, in *ReplayWebhookEndpointRequest, opts ...grpc.CallOption) (*WebhookEndpoint, error)
+	// TestWebhookEndpoint posts one signed webhook.test event now and
+	// reports the endpoint's answer.
+	TestWebhookEndpoint(ctx context.Context, in *WebhookEndpointRef, opts ...grpc.CallOption) (*TestWebhookEndpointReply, error)
 }
 
 type apiClient struct {
@@ -523,6 +547,66 @@ func (c *apiClient) GetPushSettings(ctx context.Context, in *GetPushSettingsRequ
 	return out, nil
 }
 
+func (c *apiClient) CreateWebhookEndpoint(ctx context.Context, in *CreateWebhookEndpointRequest, opts ...grpc.CallOption) (*WebhookEndpoint, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WebhookEndpoint)
+	err := c.cc.Invoke(ctx, Api_CreateWebhookEndpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ListWebhookEndpoints(ctx context.Context, in *ListWebhookEndpointsRequest, opts ...grpc.CallOption) (*ListWebhookEndpointsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhookEndpointsReply)
+	err := c.cc.Invoke(ctx, Api_ListWebhookEndpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) DisableWebhookEndpoint(ctx context.Context, in *WebhookEndpointRef, opts ...grpc.CallOption) (*WebhookEndpoint, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WebhookEndpoint)
+	err := c.cc.Invoke(ctx, Api_DisableWebhookEndpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) RotateWebhookSecret(ctx context.Context, in *RotateWebhookSecretRequest, opts ...grpc.CallOption) (*WebhookEndpoint, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WebhookEndpoint)
+	err := c.cc.Invoke(ctx, Api_RotateWebhookSecret_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ReplayWebhookEndpoint(ctx context.Context, in *ReplayWebhookEndpointRequest, opts ...grpc.CallOption) (*WebhookEndpoint, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WebhookEndpoint)
+	err := c.cc.Invoke(ctx, Api_ReplayWebhookEndpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) TestWebhookEndpoint(ctx context.Context, in *WebhookEndpointRef, opts ...grpc.CallOption) (*TestWebhookEndpointReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TestWebhookEndpointReply)
+	err := c.cc.Invoke(ctx, Api_TestWebhookEndpoint_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ApiServer is the server API for Api service.
 // All implementations must embed UnimplementedApiServer
 // for forward compatibility.
@@ -619,6 +703,24 @@ type ApiServer interface {
 	SetPushSettings(context.Context, *PushSettings) (*PushSettings, error)
 	// GetPushSettings reads a user's push settings.
 	GetPushSettings(context.Context, *GetPushSettingsRequest) (*PushSettings, error)
+	// CreateWebhookEndpoint adds an endpoint that receives the events
+	// (all, or those listed) committed from now on; the answer carries its
+	// signing secret, which no other call shows again.
+	CreateWebhookEndpoint(context.Context, *CreateWebhookEndpointRequest) (*WebhookEndpoint, error)
+	// ListWebhookEndpoints lists every endpoint with its delivery state.
+	ListWebhookEndpoints(context.Context, *ListWebhookEndpointsRequest) (*ListWebhookEndpointsReply, error)
+	// DisableWebhookEndpoint stops deliveries; the cursor stays, so
+	// ReplayWebhookEndpoint resumes it.
+	DisableWebhookEndpoint(context.Context, *WebhookEndpointRef) (*WebhookEndpoint, error)
+	// RotateWebhookSecret gives the endpoint a new secret; the old one
+	// keeps signing beside it for grace_seconds.
+	RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*WebhookEndpoint, error)
+	// ReplayWebhookEndpoint makes the endpoint active again and sends every
+	// event after from_id again, in order (0: resume where it stopped).
+	ReplayWebhookEndpoint(context.Context, *ReplayWebhookEndpointRequest) (*WebhookEndpoint, error)
+	// TestWebhookEndpoint posts one signed webhook.test event now and
+	// reports the endpoint's answer.
+	TestWebhookEndpoint(context.Context, *WebhookEndpointRef) (*TestWebhookEndpointReply, error)
 	mustEmbedUnimplementedApiServer()
 }
 
@@ -736,6 +838,24 @@ func (UnimplementedApiServer) SetPushSettings(context.Context, *PushSettings) (*
 }
 func (UnimplementedApiServer) GetPushSettings(context.Context, *GetPushSettingsRequest) (*PushSettings, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPushSettings not implemented")
+}
+func (UnimplementedApiServer) CreateWebhookEndpoint(context.Context, *CreateWebhookEndpointRequest) (*WebhookEndpoint, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateWebhookEndpoint not implemented")
+}
+func (UnimplementedApiServer) ListWebhookEndpoints(context.Context, *ListWebhookEndpointsRequest) (*ListWebhookEndpointsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhookEndpoints not implemented")
+}
+func (UnimplementedApiServer) DisableWebhookEndpoint(context.Context, *WebhookEndpointRef) (*WebhookEndpoint, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisableWebhookEndpoint not implemented")
+}
+func (UnimplementedApiServer) RotateWebhookSecret(context.Context, *RotateWebhookSecretRequest) (*WebhookEndpoint, error) {
+	return nil, status.Error(codes.Unimplemented, "method RotateWebhookSecret not implemented")
+}
+func (UnimplementedApiServer) ReplayWebhookEndpoint(context.Context, *ReplayWebhookEndpointRequest) (*WebhookEndpoint, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReplayWebhookEndpoint not implemented")
+}
+func (UnimplementedApiServer) TestWebhookEndpoint(context.Context, *WebhookEndpointRef) (*TestWebhookEndpointReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method TestWebhookEndpoint not implemented")
 }
 func (UnimplementedApiServer) mustEmbedUnimplementedApiServer() {}
 func (UnimplementedApiServer) testEmbeddedByValue()             {}
@@ -1406,6 +1526,114 @@ func _Api_GetPushSettings_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_CreateWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateWebhookEndpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).CreateWebhookEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_CreateWebhookEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).CreateWebhookEndpoint(ctx, req.(*CreateWebhookEndpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ListWebhookEndpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhookEndpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ListWebhookEndpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ListWebhookEndpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ListWebhookEndpoints(ctx, req.(*ListWebhookEndpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_DisableWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WebhookEndpointRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).DisableWebhookEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_DisableWebhookEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).DisableWebhookEndpoint(ctx, req.(*WebhookEndpointRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_RotateWebhookSecret_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RotateWebhookSecretRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).RotateWebhookSecret(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_RotateWebhookSecret_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).RotateWebhookSecret(ctx, req.(*RotateWebhookSecretRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ReplayWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReplayWebhookEndpointRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ReplayWebhookEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ReplayWebhookEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ReplayWebhookEndpoint(ctx, req.(*ReplayWebhookEndpointRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_TestWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WebhookEndpointRef)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).TestWebhookEndpoint(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_TestWebhookEndpoint_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).TestWebhookEndpoint(ctx, req.(*WebhookEndpointRef))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Api_ServiceDesc is the grpc.ServiceDesc for Api service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1556,6 +1784,30 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPushSettings",
 			Handler:    _Api_GetPushSettings_Handler,
+		},
+		{
+			MethodName: "CreateWebhookEndpoint",
+			Handler:    _Api_CreateWebhookEndpoint_Handler,
+		},
+		{
+			MethodName: "ListWebhookEndpoints",
+			Handler:    _Api_ListWebhookEndpoints_Handler,
+		},
+		{
+			MethodName: "DisableWebhookEndpoint",
+			Handler:    _Api_DisableWebhookEndpoint_Handler,
+		},
+		{
+			MethodName: "RotateWebhookSecret",
+			Handler:    _Api_RotateWebhookSecret_Handler,
+		},
+		{
+			MethodName: "ReplayWebhookEndpoint",
+			Handler:    _Api_ReplayWebhookEndpoint_Handler,
+		},
+		{
+			MethodName: "TestWebhookEndpoint",
+			Handler:    _Api_TestWebhookEndpoint_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
