@@ -140,6 +140,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzDecodeBodies -fuzztime=30s ./logic/internal/gateway
 	$(GO) test -run=^$$ -fuzz=FuzzVerify -fuzztime=15s ./pkg/stdwebhook
 	$(GO) test -run=^$$ -fuzz=FuzzParseSecret -fuzztime=15s ./pkg/stdwebhook
+	$(GO) test -run=^$$ -fuzz=FuzzParseRetryAfter -fuzztime=15s ./logic/internal/webhook
 
 proto:
 	proto/gen.sh

@@ -1,7 +1,7 @@
 -- Webhooks: the endpoints business servers registered, with each one's
 -- delivery cursor and retry state, and the outbox of the rarer events
 -- (recall, group, friend, block, online). Message events are read from
--- t_messages itself, so a send writes nothing here (docs/decisions.md 87).
+-- t_messages itself, so a send writes nothing here (docs/decisions.md 91).
 
 CREATE TABLE IF NOT EXISTS t_webhook_endpoints (
     id                BIGINT        NOT NULL AUTO_INCREMENT PRIMARY KEY COMMENT 'endpoint id',

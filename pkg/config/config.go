@@ -297,7 +297,7 @@ type Logic struct {
 
 // Webhook configures logic.webhook: which events are recorded, the
 // endpoints known from config, and how they are delivered and retried
-// (docs/decisions.md 87).
+// (docs/decisions.md 91).
 type Webhook struct {
 	// Enabled records the rarer events (group, friend, block, recall,
 	// online) in t_webhook_events and runs the dispatcher. Messages are

@@ -25,6 +25,11 @@ const (
 	docsAPIKey    = "dev-api-key"
 )
 
+// docsWebhookEnv is deploy/dev/im.yaml's webhook section, which the
+// examples' endpoint calls need: webhooks on, and the loopback URL of
+// docs/api.md allowed.
+var docsWebhookEnv = []string{"IM_LOGIC_WEBHOOK_ENABLED=true", "IM_LOGIC_WEBHOOK_ALLOW_PRIVATE_URLS=true"}
+
 // installGrpcurl installs the pinned grpcurl into a temporary GOBIN with
 // `go install` and returns its path. A failure fails the test: docs that
 // are not checked must not pass as checked.
@@ -96,7 +101,7 @@ func TestAPIDocsGrpcurlExamples(t *testing.T) {
 		t.Fatalf("docs/api.md examples do not use %s and %s", docsLogicAddr, docsAPIKey)
 	}
 	grpcurl := installGrpcurl(t)
-	c := framework.NewCluster(t, framework.Options{Gates: 1})
+	c := framework.NewCluster(t, framework.Options{Gates: 1, LogicEnv: docsWebhookEnv})
 	// A device online, so presence, pushes and the revocation have
 	// someone to reach.
 	conn := c.Login(t, 0, 1001, "phone")

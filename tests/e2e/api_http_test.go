@@ -203,7 +203,7 @@ func TestAPIDocsCurlExamples(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatalf("curl is needed to check docs/api.md: %v", err)
 	}
-	c := framework.NewCluster(t, framework.Options{Gates: 1})
+	c := framework.NewCluster(t, framework.Options{Gates: 1, LogicEnv: docsWebhookEnv})
 	conn := c.Login(t, 0, 1001, "phone")
 
 	out := runDocBlocks(t, "curl", blocks, docsHTTPAddr, c.Logics[0].HTTPAddr, "echo\n", os.Environ())

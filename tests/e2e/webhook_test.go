@@ -19,9 +19,6 @@ import (
 	"github.com/sparkim/spark/tests/framework"
 )
 
-// hookSecret signs the endpoints of logic.webhook.urls in these tests.
-const hookSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-
 // hookDelivery is one POST a receiver answered 2xx.
 type hookDelivery struct {
 	webhookID string
@@ -37,7 +34,7 @@ type hookReceiver struct {
 
 	mu        sync.Mutex
 	secrets   []stdwebhook.Secret
-	status    int           // answer; 0 means 200
+	status    int            // answer; 0 means 200
 	attempts  map[string]int // webhook-id → POSTs, answered or not
 	delivered []hookDelivery
 	sigCounts []int // signatures per request
@@ -201,6 +198,7 @@ func TestWebhooks(t *testing.T) {
 	c := framework.NewCluster(t, framework.Options{Gates: 1, LogicEnv: []string{
 		"IM_LOGIC_WEBHOOK_ENABLED=true",
 		"IM_LOGIC_WEBHOOK_URLS=" + main.url() + "," + gone.url(),
+		// The before-send tests' secret signs these endpoints too.
 		"IM_LOGIC_WEBHOOK_SECRET=" + hookSecret,
 		// The receivers listen on loopback.
 		"IM_LOGIC_WEBHOOK_ALLOW_PRIVATE_URLS=true",
@@ -252,7 +250,10 @@ func TestWebhooks(t *testing.T) {
 				return err
 			},
 			func() error { _, err := api.Block(actx, &logicv1.BlockRequest{UserId: m1, TargetId: m2}); return err },
-			func() error { _, err := api.DissolveGroup(actx, &logicv1.GroupRef{OperatorId: owner, GroupId: gid}); return err },
+			func() error {
+				_, err := api.DissolveGroup(actx, &logicv1.GroupRef{OperatorId: owner, GroupId: gid})
+				return err
+			},
 		}
 		for i, step := range steps {
 			if err := step(); err != nil {
@@ -301,7 +302,11 @@ func TestWebhooks(t *testing.T) {
 		if !slices.Equal(order, want) {
 			t.Errorf("first arrival of each type in order %v, want %v", order, want)
 		}
-		if !slices.IsSortedFunc(msgs, func(a, b string) int { x, _ := strconv.ParseInt(a, 10, 64); y, _ := strconv.ParseInt(b, 10, 64); return int(x - y) }) {
+		if !slices.IsSortedFunc(msgs, func(a, b string) int {
+			x, _ := strconv.ParseInt(a, 10, 64)
+			y, _ := strconv.ParseInt(b, 10, 64)
+			return int(x - y)
+		}) {
 			t.Errorf("message.sent out of order: %v", msgs)
 		}
 		main.checkClean(t)

@@ -142,20 +142,22 @@ func (s *Store) createGroupOnce(ctx context.Context, ng NewGroup, events []Mailb
 	if err := insertMembers(ctx, tx, g.ConversationID, ng.Members, now); err != nil {
 		return GroupChange{}, err
 	}
-	uids := make([]int64, len(ng.Members))
-	for i, m := range ng.Members {
-		uids[i] = m.UserID
-	}
-	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventGroupCreated, conversationID: g.ConversationID, data: groupEvent{
-		GroupID: jsonid.ID(g.ID), ConversationID: jsonid.ID(g.ConversationID), OwnerID: jsonid.ID(g.OwnerID), Name: g.Name, UserIDs: ids(uids),
-	}}); err != nil {
-		return GroupChange{}, err
-	}
 	var seqs []int64
 	if len(events) > 0 {
 		if seqs, err = AppendMailboxTx(ctx, tx, events, eventIDs); err != nil {
 			return GroupChange{}, err
 		}
+	}
+	uids := make([]int64, len(ng.Members))
+	for i, m := range ng.Members {
+		uids[i] = m.UserID
+	}
+	// Last before the commit: the event's id is then at most one insert
+	// older than the commit (the dispatcher's settle rule).
+	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventGroupCreated, conversationID: g.ConversationID, data: groupEvent{
+		GroupID: jsonid.ID(g.ID), ConversationID: jsonid.ID(g.ConversationID), OwnerID: jsonid.ID(g.OwnerID), Name: g.Name, UserIDs: ids(uids),
+	}}); err != nil {
+		return GroupChange{}, err
 	}
 	if err := tx.Commit(); err != nil {
 		return GroupChange{}, err
@@ -560,14 +562,15 @@ owner_id = :owner_id, mute_all = :mute_all, status = :status, member_count = :me
 updated_at = :updated_at WHERE id = :id`, t.g); err != nil {
 		return GroupChange{}, false, err
 	}
-	if err := s.writeWebhookEvents(ctx, tx, t.now, t.hooks...); err != nil {
-		return GroupChange{}, false, err
-	}
 	var seqs []int64
 	if len(t.events) > 0 {
 		if seqs, err = AppendMailboxTx(ctx, tx, t.events, t.eventIDs[:len(t.events)]); err != nil {
 			return GroupChange{}, false, err
 		}
+	}
+	// Last before the commit (the dispatcher's settle rule).
+	if err := s.writeWebhookEvents(ctx, tx, t.now, t.hooks...); err != nil {
+		return GroupChange{}, false, err
 	}
 	if err := tx.Commit(); err != nil {
 		return GroupChange{}, false, err

@@ -343,10 +343,6 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET status = ? WHERE id = ?", MessageRecalled, m.ID); err != nil {
 		return Recall{}, err
 	}
-	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventMessageRecalled, conversationID: m.ConversationID,
-		data: recallEvent{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), SenderID: jsonid.ID(m.SenderID), Group: r.Group}}); err != nil {
-		return Recall{}, err
-	}
 	members := r.Members
 	evIDs, err := ids(len(members))
 	if err != nil {
@@ -357,6 +353,11 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 		events[i] = event(u, m)
 	}
 	if _, err := AppendMailboxTx(ctx, tx, events, evIDs[:len(members)]); err != nil {
+		return Recall{}, err
+	}
+	// Last before the commit (the dispatcher's settle rule).
+	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventMessageRecalled, conversationID: m.ConversationID,
+		data: recallEvent{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), SenderID: jsonid.ID(m.SenderID), Group: r.Group}}); err != nil {
 		return Recall{}, err
 	}
 	if err := tx.Commit(); err != nil {

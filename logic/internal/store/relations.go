@@ -151,11 +151,6 @@ func (s *Store) relationTxOnce(ctx context.Context, users relationPair, ids []in
 	if err != nil {
 		return RelationChange{}, err
 	}
-	if typ := relationWebhookEvents[out]; typ != "" {
-		if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: typ, data: users}); err != nil {
-			return RelationChange{}, err
-		}
-	}
 	ch := RelationChange{Outcome: out}
 	if out != RelationUnchanged && events != nil {
 		ch.Events = events(out)
@@ -171,6 +166,12 @@ func (s *Store) relationTxOnce(ctx context.Context, users relationPair, ids []in
 		for i := range ch.Events {
 			ch.Events[i].ID = ids[i]
 			ch.Events[i].Seq = seqs[i]
+		}
+	}
+	// Last before the commit (the dispatcher's settle rule).
+	if typ := relationWebhookEvents[out]; typ != "" {
+		if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: typ, data: users}); err != nil {
+			return RelationChange{}, err
 		}
 	}
 	if err := tx.Commit(); err != nil {

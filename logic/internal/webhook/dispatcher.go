@@ -4,7 +4,7 @@
 // ones from t_webhook_events, merged by id behind a settle bound, so a
 // send writes nothing for them; each endpoint has one dispatcher at a time
 // (a Redis lease) and a cursor and retry state in MySQL, so a killed logic
-// loses nothing (docs/decisions.md 87).
+// loses nothing (docs/decisions.md 91).
 package webhook
 
 import (
