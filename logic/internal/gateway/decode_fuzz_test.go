@@ -24,6 +24,8 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"op":"request","user_id":"5","note":"hi"}`,
 		`{"op":"create","name":"g","member_ids":["1",2,"3"]}`,
 		`{"op":"mute_member","group_id":"1","user_id":2,"until":-1}`,
+		`{"op":"register","platform":"apns","token":"a1b2","topic":"com.x","sandbox":true}`,
+		`{"op":"preview","preview":"none"}`,
 		`{"user_id":"x"}`, `{"limit":1e400}`, `{"member_ids":{}}`, `[]`, `null`, ``, `{`, "\xff",
 	} {
 		f.Add([]byte(seed))
@@ -41,6 +43,7 @@ func FuzzDecodeBodies(f *testing.F) {
 		{"settings", func() any { return new(protocol.SettingsRequest) }},
 		{"relation", func() any { return new(protocol.RelationRequest) }},
 		{"group", func() any { return new(protocol.GroupRequest) }},
+		{"push settings", func() any { return new(protocol.PushRequest) }},
 	}
 	check := func(t *testing.T, name, how string, v any, err error) {
 		if err != nil {

@@ -239,3 +239,24 @@ func TestAPNsReusesItsTokenAndAWrongKeyIsAnAuthError(t *testing.T) {
 		t.Fatalf("wrong key: %+v, want an auth error", ans)
 	}
 }
+
+// The provider token is signed again once it is 50 minutes old, before
+// Apple's hour runs out, and not before.
+func TestAPNsRefreshesItsTokenWithinTheHour(t *testing.T) {
+	key, pub := apnsKey(t)
+	f := newFakeAPNs(t, pub)
+	a := newAPNs(t, f, key)
+	t0 := time.Now()
+	for _, at := range []time.Duration{0, 49 * time.Minute, 51 * time.Minute} {
+		push.SetAPNsClock(a, func() time.Time { return t0.Add(at) })
+		if ans := a.Send(context.Background(), note(push.PlatformAPNs)); ans.Result != push.Sent {
+			t.Fatalf("send at +%v: %+v", at, ans)
+		}
+	}
+	if f.got[0].jwt != f.got[1].jwt {
+		t.Fatal("a new token after 49 minutes")
+	}
+	if f.got[1].jwt == f.got[2].jwt {
+		t.Fatal("the same token after 51 minutes")
+	}
+}

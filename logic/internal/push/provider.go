@@ -77,6 +77,9 @@ type Provider interface {
 	Send(ctx context.Context, n Notification) Answer
 }
 
+// maxRetryAfter caps a Retry-After in seconds.
+const maxRetryAfter = 86400
+
 // retryAfter reads a Retry-After header: delay seconds or an HTTP date; 0
 // when absent or unreadable.
 func retryAfter(h http.Header, now time.Time) time.Duration {
@@ -85,7 +88,9 @@ func retryAfter(h http.Header, now time.Time) time.Duration {
 		return 0
 	}
 	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second
+		// A day is past any wait the worker honours; the cap also keeps
+		// a huge value from overflowing the Duration.
+		return time.Duration(min(s, maxRetryAfter)) * time.Second
 	}
 	if t, err := http.ParseTime(v); err == nil && t.After(now) {
 		return t.Sub(now)
