@@ -601,7 +601,7 @@ func Default() *Config {
 				AuthBlock:         5 * time.Minute,
 			},
 			RecallWindow:    2 * time.Minute,
-			CommitWorkers:   4,
+			CommitWorkers:   16,
 			CommitBatch:     256,
 			GroupMaxMembers: 10000,
 			MaxFrameSize:    64 << 10,

@@ -3,6 +3,7 @@ package message_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -591,5 +592,76 @@ func TestSendBatchReplays(t *testing.T) {
 	var rows int
 	if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE conversation_id = ?", conv); err != nil || rows != 3 {
 		t.Fatalf("%d rows (%v), want 3", rows, err)
+	}
+}
+
+// The store's batch in its two round trips: a key that already has a row
+// is reported Found with that row and not written again, the others
+// commit; a batch whose INSERT is refused (a msg_id taken) is rolled back
+// whole — its other row is not there, last_msg_id has not moved — and
+// the pool's one connection commits the next batch.
+func TestInsertMessagesFoundKeysAndRefusedBatch(t *testing.T) {
+	e := newEnv(t)
+	u := e.users(t, 2)
+	ctx := context.Background()
+	warm, gen := e.service(t, 61, message.Config{})
+	ack, err := warm.Send(ctx, message.Sender{UserID: u[0], DeviceID: "w"}, sendReq(body("to_user_id", u[1], "client_msg_id", "warm", "message_type", 1, "content", text("x"))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conv := ack.ConversationID
+	// One connection: a transaction left open would hold the next batch.
+	e.st.DB().SetMaxOpenConns(1)
+	nm := func(cid string) store.NewMessage {
+		return store.NewMessage{ConversationID: conv, SenderID: u[0], SenderDevice: "w", ClientMsgID: cid, MessageType: 1, Content: []byte(`{"t":1}`)}
+	}
+	next := func(ctx context.Context, _ int, last int64, _ time.Time) (int64, error) {
+		return gen.NextAfter(ctx, last)
+	}
+	lastID := func() int64 {
+		var last int64
+		if err := e.st.DB().Get(&last, "SELECT last_msg_id FROM t_conversations WHERE id = ?", conv); err != nil {
+			t.Fatal(err)
+		}
+		return last
+	}
+
+	res, err := e.st.InsertMessages(ctx, []store.NewMessage{nm("warm"), nm("new1")}, next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(res.Found) != "[true false]" || res.Rows[0].ID != ack.MsgID || res.Rows[1].ID <= ack.MsgID {
+		t.Fatalf("found %v, rows %d, %d; want [true false], %d, above it", res.Found, res.Rows[0].ID, res.Rows[1].ID, ack.MsgID)
+	}
+	if got := lastID(); got != res.Rows[1].ID {
+		t.Fatalf("last_msg_id %d, want %d", got, res.Rows[1].ID)
+	}
+
+	before := lastID()
+	taken := res.Rows[1].ID
+	_, err = e.st.InsertMessages(ctx, []store.NewMessage{nm("new2"), nm("new3")},
+		func(ctx context.Context, i int, last int64, now time.Time) (int64, error) {
+			if i == 1 {
+				return taken, nil // the primary key of new1: the INSERT is refused
+			}
+			return gen.NextAfter(ctx, last)
+		})
+	if !errors.Is(err, store.ErrBatchRow) {
+		t.Fatalf("err %v, want ErrBatchRow", err)
+	}
+	var rows int
+	if err := e.st.DB().Get(&rows, "SELECT COUNT(*) FROM t_messages WHERE sender_id = ? AND client_msg_id IN ('new2','new3')", u[0]); err != nil || rows != 0 {
+		t.Fatalf("%d rows of the refused batch (%v), want 0", rows, err)
+	}
+	if got := lastID(); got != before {
+		t.Fatalf("last_msg_id %d after a refused batch, want %d", got, before)
+	}
+
+	res, err = e.st.InsertMessages(ctx, []store.NewMessage{nm("new4")}, next)
+	if err != nil || res.Rows[0].ID <= before {
+		t.Fatalf("next batch: %v, id %d; want committed above %d", err, res.Rows[0].ID, before)
+	}
+	if got := lastID(); got != res.Rows[0].ID {
+		t.Fatalf("last_msg_id %d, want %d", got, res.Rows[0].ID)
 	}
 }

@@ -306,10 +306,11 @@ func (c *committer) work(ctx context.Context) {
 	}
 }
 
-// commit runs one batch and answers each of its sends: one idempotency
-// lookup for every key of the batch (replays are answered from it), one
-// transaction for the rest, and one pipelined round trip of XADDs for
-// every job (new and replayed) before any answer goes out.
+// commit runs one batch and answers each of its sends: one transaction in
+// two round trips (store.InsertMessages: the idempotency lookup of every
+// key, whose replays are answered from it, and the locks; then the writes
+// and COMMIT), and one pipelined round trip of XADDs for every job (new
+// and replayed) before any answer goes out.
 func (c *committer) commit(ctx context.Context, all []*pending) {
 	// A send whose caller already gave up is not written: it has been
 	// answered 50301 and never committed.
@@ -340,38 +341,10 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 
 	// Idempotency first (docs/protocol.md §7): a send whose key exists is a
 	// retry, answered with the stored row (or 40901) and enqueued again
-	// (decision 9); it takes no part in the transaction.
-	keys := make([]store.ClientKey, len(batch))
-	for i, p := range batch {
-		keys[i] = store.ClientKey{SenderID: p.nm.SenderID, ConversationID: p.nm.ConversationID, ClientMsgID: p.nm.ClientMsgID}
-	}
+	// (decision 9); the store looks every key up in the transaction's
+	// first round trip and writes none of those it finds.
 	mysqlStart := time.Now()
-	found, err := s.store.FindByClientMsgIDs(ctx, keys)
-	if err != nil {
-		s.metrics.SendCommits.WithLabelValues("error").Inc()
-		for _, p := range batch {
-			p.outcome <- outcome{err: errcode.Unavailable("idempotency lookup", err)}
-		}
-		return
-	}
-	fresh := make([]int, 0, len(batch)) // indexes of the sends to insert
-	for i, p := range batch {
-		row, ok := found[keys[i]]
-		switch {
-		case !ok:
-			fresh = append(fresh, i)
-		default:
-			if out[i].err = retryOf(row, p.nm); out[i].err == nil {
-				out[i].row, out[i].replay = row, true
-			}
-		}
-	}
-
-	if len(fresh) > 0 && !c.insert(ctx, batch, fresh, out) {
-		// The transaction was refused as a whole: its sends were told to
-		// fall back (or got 50301); the replays still get their jobs.
-		fresh = fresh[:0]
-	}
+	c.insert(ctx, batch, out)
 	s.metrics.SendStage.WithLabelValues(metrics.StageMySQL).Observe(time.Since(mysqlStart).Seconds())
 
 	now := time.Now()
@@ -401,18 +374,20 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 	}
 }
 
-// insert commits the sends batch[fresh] in one transaction and records
-// each one's row (or error) in out. It returns false when the transaction
-// was refused as a whole; out then tells those sends to fall back or
-// carries their 50301.
-func (c *committer) insert(ctx context.Context, batch []*pending, fresh []int, out []outcome) bool {
+// insert commits the sends of batch in one transaction and records each
+// one's outcome in out: its new row, the stored row of a retry (replay),
+// 40901 for a key reused with other content, or not found. When the
+// transaction is refused as a whole, out tells every send to fall back
+// (commitOne tells the per-row cases apart, replays included) or carries
+// its 50301.
+func (c *committer) insert(ctx context.Context, batch []*pending, out []outcome) {
 	s := c.s
-	nms := make([]store.NewMessage, len(fresh))
-	for k, i := range fresh {
-		nms[k] = batch[i].nm
+	nms := make([]store.NewMessage, len(batch))
+	for i, p := range batch {
+		nms[i] = p.nm
 	}
-	choose := func(ctx context.Context, k int, last int64, now time.Time) (int64, error) {
-		if id := batch[fresh[k]].msgID; s.acceptClientID(id, last, now) {
+	choose := func(ctx context.Context, i int, last int64, now time.Time) (int64, error) {
+		if id := batch[i].msgID; s.acceptClientID(id, last, now) {
 			return id, nil
 		}
 		return s.ids.NextAfter(ctx, last)
@@ -439,28 +414,32 @@ func (c *committer) insert(ctx context.Context, batch []*pending, fresh []int, o
 		// retries: each send goes through the single-send path, which
 		// tells these cases apart exactly as one transaction per send.
 		s.metrics.SendCommits.WithLabelValues("fallback").Inc()
-		for _, i := range fresh {
+		for i := range batch {
 			out[i].fallback = true
 		}
-		return false
+		return
 	default:
 		s.metrics.SendCommits.WithLabelValues("error").Inc()
-		for _, i := range fresh {
+		for i := range batch {
 			out[i].err = errcode.Unavailable("commit", err)
 		}
-		return false
+		return
 	}
-	for k, i := range fresh {
-		if res.Missing[k] {
+	for i, p := range batch {
+		switch {
+		case res.Found[i]:
+			if out[i].err = retryOf(res.Rows[i], p.nm); out[i].err == nil {
+				out[i].row, out[i].replay = res.Rows[i], true
+			}
+		case res.Missing[i]:
 			out[i].err = errcode.New(errcode.NotFound, "conversation not found")
-			continue
-		}
-		out[i].row = res.Rows[k]
-		if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
-			out[i].err = errcode.Unavailable("after commit", err)
+		default:
+			out[i].row = res.Rows[i]
+			if err := failpoint.Inject("logic/send/afterCommit"); err != nil {
+				out[i].err = errcode.Unavailable("after commit", err)
+			}
 		}
 	}
-	return true
 }
 
 // enqueuePipelined makes the first XADD attempt of every job in one round

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jmoiron/sqlx"
@@ -54,32 +53,18 @@ type ClientKey struct {
 	ClientMsgID    string
 }
 
-// FindByClientMsgIDs is the idempotency lookup of a whole batch of sends in
-// one statement: the rows that exist among keys, keyed by their ClientKey
-// (absent keys are simply missing). The row-constructor IN is a range scan
-// of uk_sender_conv_client_msg on MariaDB 10.11 (one range per key), so the
-// cost is that of the per-send lookups without their round trips.
-func (s *Store) FindByClientMsgIDs(ctx context.Context, keys []ClientKey) (map[ClientKey]Message, error) {
-	out := make(map[ClientKey]Message, len(keys))
-	if len(keys) == 0 {
-		return out, nil
-	}
-	var b strings.Builder
-	args := make([]any, 0, 3*len(keys))
-	b.WriteString("SELECT " + messageColumns + " FROM t_messages WHERE (sender_id, conversation_id, client_msg_id) IN (")
-	for i, k := range keys {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString("(?,?,?)")
-		args = append(args, k.SenderID, k.ConversationID, k.ClientMsgID)
-	}
-	b.WriteByte(')')
-	rows, err := s.db.QueryContext(ctx, b.String(), args...)
-	if err != nil {
-		return nil, fmt.Errorf("store: idempotency lookup of %d sends: %w", len(keys), err)
-	}
-	defer rows.Close()
+// clientKeysQuery starts the idempotency lookup of a whole batch of sends
+// in one statement (InsertMessages adds one "(?,?,?)" per key and the
+// closing parenthesis): the rows that exist among the keys. The
+// row-constructor IN is a range scan of uk_sender_conv_client_msg on
+// MariaDB 10.11 (one range per key), so the cost is that of the per-send
+// lookups without their round trips.
+const clientKeysQuery = "SELECT " + messageColumns + " FROM t_messages WHERE (sender_id, conversation_id, client_msg_id) IN ("
+
+// scanClientKeys reads the rows of a clientKeysQuery, keyed by their
+// ClientKey (absent keys are simply missing).
+func scanClientKeys(rows *sql.Rows) (map[ClientKey]Message, error) {
+	out := make(map[ClientKey]Message)
 	for rows.Next() {
 		// Scanned by hand, not through sqlx's reflection: this runs for
 		// every batch.
