@@ -10,7 +10,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -50,19 +49,30 @@ type APNsConfig struct {
 
 // NewAPNs parses the key and returns the provider.
 func NewAPNs(c APNsConfig) (*APNs, error) {
-	block, _ := pem.Decode(c.Key)
+	ek, err := pkcs8Key[*ecdsa.PrivateKey](c.Key, "apns key", "EC")
+	if err != nil {
+		return nil, err
+	}
+	return &APNs{key: ek, keyID: c.KeyID, teamID: c.TeamID, prod: c.Endpoint, sandbox: c.SandboxHost, client: c.Client, now: time.Now}, nil
+}
+
+// pkcs8Key parses a PEM PKCS #8 private key of type K; what and kind
+// name it in errors.
+func pkcs8Key[K any](b []byte, what, kind string) (K, error) {
+	var zero K
+	block, _ := pem.Decode(b)
 	if block == nil {
-		return nil, errors.New("push: apns key: not PEM")
+		return zero, fmt.Errorf("push: %s: not PEM", what)
 	}
 	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("push: apns key: %w", err)
+		return zero, fmt.Errorf("push: %s: %w", what, err)
 	}
-	ek, ok := k.(*ecdsa.PrivateKey)
+	key, ok := k.(K)
 	if !ok {
-		return nil, errors.New("push: apns key: not an EC key")
+		return zero, fmt.Errorf("push: %s: not an %s key", what, kind)
 	}
-	return &APNs{key: ek, keyID: c.KeyID, teamID: c.TeamID, prod: c.Endpoint, sandbox: c.SandboxHost, client: c.Client, now: time.Now}, nil
+	return key, nil
 }
 
 // LoadAPNsKey reads a .p8 key file.

@@ -7,10 +7,8 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -70,17 +68,9 @@ type FCM struct {
 
 // NewFCM parses the service account's key and returns the provider.
 func NewFCM(sa ServiceAccount, endpoint string, client *http.Client) (*FCM, error) {
-	block, _ := pem.Decode([]byte(sa.PrivateKey))
-	if block == nil {
-		return nil, errors.New("push: fcm private_key: not PEM")
-	}
-	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	rk, err := pkcs8Key[*rsa.PrivateKey]([]byte(sa.PrivateKey), "fcm private_key", "RSA")
 	if err != nil {
-		return nil, fmt.Errorf("push: fcm private_key: %w", err)
-	}
-	rk, ok := k.(*rsa.PrivateKey)
-	if !ok {
-		return nil, errors.New("push: fcm private_key: not an RSA key")
+		return nil, err
 	}
 	return &FCM{sa: sa, key: rk, endpoint: endpoint, client: client, now: time.Now}, nil
 }

@@ -160,23 +160,21 @@ func (w *Worker) runPartition(ctx context.Context, p int) {
 		}
 		bo.Reset()
 		for _, msg := range msgs {
-			if !w.handle(ctx, stream, msg, log) {
-				// Left pending: another read (or worker) takes it after
-				// ClaimIdle.
-				continue
-			}
+			// An entry left unacknowledged stays pending: a claim takes
+			// it again after ClaimIdle.
+			w.handle(ctx, stream, msg, log)
 		}
 	}
 }
 
-// handle runs one entry and acknowledges it when every device is done; it
-// reports whether it did.
-func (w *Worker) handle(ctx context.Context, stream string, msg redis.XMessage, log *zap.Logger) bool {
+// handle runs one entry and acknowledges it when every device is done.
+func (w *Worker) handle(ctx context.Context, stream string, msg redis.XMessage, log *zap.Logger) {
 	job, err := decodePushJob(msg)
 	if err != nil {
 		log.Error("malformed push job dropped", zap.String("entry_id", msg.ID), zap.Error(err))
 		w.m.Jobs.WithLabelValues("malformed").Inc()
-		return w.ack(ctx, stream, msg.ID, log)
+		w.ack(ctx, stream, msg.ID, log)
+		return
 	}
 	done, err := w.Process(ctx, job)
 	if err != nil || !done {
@@ -184,16 +182,18 @@ func (w *Worker) handle(ctx context.Context, stream string, msg redis.XMessage, 
 			log.Warn("push job not finished, left for a retry", zap.Int64("msg_id", job.GetMsgId()), zap.Error(err))
 		}
 		w.m.Jobs.WithLabelValues("deferred").Inc()
-		return false
+		return
 	}
 	if err := failpoint.Inject("logic/push/beforeAck"); err != nil {
-		return false
+		return
 	}
 	w.m.Jobs.WithLabelValues("done").Inc()
-	return w.ack(ctx, stream, msg.ID, log)
+	w.ack(ctx, stream, msg.ID, log)
 }
 
-func (w *Worker) ack(ctx context.Context, stream, id string, log *zap.Logger) bool {
+// ack acknowledges and deletes an entry; a failure leaves it pending, to
+// be claimed again (its devices are keyed sent).
+func (w *Worker) ack(ctx context.Context, stream, id string, log *zap.Logger) {
 	_, err := w.rdb.TxPipelined(ctx, func(tx redis.Pipeliner) error {
 		tx.XAck(ctx, stream, rediskey.PushGroup, id)
 		tx.XDel(ctx, stream, id)
@@ -201,9 +201,7 @@ func (w *Worker) ack(ctx context.Context, stream, id string, log *zap.Logger) bo
 	})
 	if err != nil {
 		log.Warn("ack push job", zap.String("entry_id", id), zap.Error(err))
-		return false
 	}
-	return true
 }
 
 func decodePushJob(msg redis.XMessage) (*queuev1.PushJob, error) {
