@@ -92,7 +92,7 @@ E2E_CLUSTER_TESTS = ^(TestExchangeAcrossGates|TestSenderOtherDevices|TestEveryRe
 |TestLogicWithALostMachineLease.*|TestLogicSIGTERMUnderLoad.*|TestKillGateUnderLoad.*|TestKillLogicUnderLoad.*|TestKillDeliverUnderLoad.*\
 |TestDeliverWithDeadGate|TestDeliverCrashBeforeAck|TestDeliverCrashMidPush|TestDeliverSIGTERM.*\
 |TestEnqueueFailureThenRetry|TestSameDeviceKick|TestRedisStoppedTenSecondsUnderLoad.*\
-|TestBusinessAPIOnline|TestBusinessAPIChangesAndSystemMessages)$$
+|TestBusinessAPIOnline|TestBusinessAPIChangesAndSystemMessages|TestOfflinePushReachesOfflineDevicesOnceThroughAPNsFCMAndAGateway)$$
 E2E_CLUSTER_RUN = $(subst $(space),,$(E2E_CLUSTER_TESTS))
 e2e-cluster: services test-deps build-failpoints
 	@want=$$(echo '$(E2E_CLUSTER_RUN)' | tr '|' '\n' | wc -l); got=$$($(GO) test -list '$(E2E_CLUSTER_RUN)' ./tests/e2e/ | grep -c '^Test'); \
@@ -141,6 +141,7 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzVerify -fuzztime=15s ./pkg/stdwebhook
 	$(GO) test -run=^$$ -fuzz=FuzzParseSecret -fuzztime=15s ./pkg/stdwebhook
 	$(GO) test -run=^$$ -fuzz=FuzzParseRetryAfter -fuzztime=15s ./logic/internal/webhook
+	$(GO) test -run=^$$ -fuzz=FuzzRegistrationValidate -fuzztime=15s ./logic/internal/push
 
 proto:
 	proto/gen.sh

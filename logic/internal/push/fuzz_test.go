@@ -1,29 +1,10 @@
 package push
 
 import (
-	"net/http"
 	"testing"
-	"time"
 
 	"github.com/sparkim/spark/pkg/errcode"
 )
-
-// FuzzRetryAfter feeds arbitrary Retry-After values to the parser the
-// providers' 429 and 503 answers go through: it never panics and never
-// answers a negative wait.
-func FuzzRetryAfter(f *testing.F) {
-	for _, s := range []string{"", "0", "7", "-1", "120", "Wed, 21 Oct 2015 07:28:00 GMT", "Fri, 04 Dec 2099 00:00:00 GMT", "1e9", "99999999999999999999", "\xff"} {
-		f.Add(s)
-	}
-	now := time.Date(2026, 12, 4, 22, 0, 0, 0, time.UTC)
-	f.Fuzz(func(t *testing.T, v string) {
-		h := http.Header{}
-		h.Set("Retry-After", v)
-		if d := retryAfter(h, now); d < 0 {
-			t.Fatalf("Retry-After %q read as %v", v, d)
-		}
-	})
-}
 
 // FuzzRegistrationValidate feeds arbitrary registrations to the check
 // both front doors run: it never panics, a refusal is a 40001, and an

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/logic/internal/webhook"
 )
 
 // Notification is what a provider sends to one device.
@@ -77,25 +78,11 @@ type Provider interface {
 	Send(ctx context.Context, n Notification) Answer
 }
 
-// maxRetryAfter caps a Retry-After in seconds.
-const maxRetryAfter = 86400
-
-// retryAfter reads a Retry-After header: delay seconds or an HTTP date; 0
-// when absent or unreadable.
+// retryAfter reads a provider's Retry-After header (0 when absent or
+// malformed), with the one parser the webhooks use too.
 func retryAfter(h http.Header, now time.Time) time.Duration {
-	v := h.Get("Retry-After")
-	if v == "" {
-		return 0
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		// A day is past any wait the worker honours; the cap also keeps
-		// a huge value from overflowing the Duration.
-		return time.Duration(min(s, maxRetryAfter)) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
+	d, _ := webhook.ParseRetryAfter(h.Get("Retry-After"), now)
+	return d
 }
 
 // httpClient is the providers' client: HTTP/2 over TLS (APNs requires
