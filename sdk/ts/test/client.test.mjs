@@ -486,3 +486,30 @@ test("the saved state is keyed by user and device", () => {
   assert.notEqual(stateKey("1001", "a"), stateKey("1002", "a"));
   assert.throws(() => new SparkClient({ url: "ws://x/ws", token: "t", userId: "1001", deviceId: "bad id!" }));
 });
+
+test("registerPushToken, pushPreview and unregisterPushToken send PUSH_SETTINGS with their op; a refused field throws its code", async () => {
+  const gate = new Gate();
+  gate.handlers[Cmd.PUSH_SETTINGS] = (s, f) => {
+    if (f.json.op === "register" && f.json.platform === "apns" && !f.json.topic) return s.reply(f, Cmd.PUSH_SETTINGS, {}, "40001");
+    if (f.json.op === "preview") return s.reply(f, Cmd.PUSH_SETTINGS, { preview: f.json.preview ?? "full" });
+    return s.reply(f, Cmd.PUSH_SETTINGS, { registered: f.json.op === "register" });
+  };
+  const { c } = newClient(gate);
+  let synced = false;
+  c.on("synced", () => (synced = true));
+  c.connect();
+  await until("sync", () => synced);
+  await c.registerPushToken({ platform: "fcm", token: "fcm-1" });
+  assert.equal(await c.pushPreview("sender"), "sender");
+  assert.equal(await c.pushPreview(), "full");
+  await c.unregisterPushToken();
+  await assert.rejects(c.registerPushToken({ platform: "apns", token: "ab" }), (e) => e.code === Code.INVALID_ARGUMENT);
+  assert.deepEqual(gate.sent(Cmd.PUSH_SETTINGS).map((f) => f.json), [
+    { op: "register", platform: "fcm", token: "fcm-1" },
+    { op: "preview", preview: "sender" },
+    { op: "preview" },
+    { op: "unregister" },
+    { op: "register", platform: "apns", token: "ab" },
+  ]);
+  c.close();
+});
