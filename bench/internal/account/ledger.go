@@ -53,6 +53,17 @@ func (l *Ledger) Acked(msgID int64, recipient uint64, conversation int64) {
 	l.mu.Unlock()
 }
 
+// AckedIDs returns every acknowledged msgID, in no order.
+func (l *Ledger) AckedIDs() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]int64, 0, len(l.acked))
+	for id := range l.acked {
+		out = append(out, id)
+	}
+	return out
+}
+
 // Pushed records that recipient got msgID as a MESSAGE push at time at.
 func (l *Ledger) Pushed(msgID int64, recipient uint64, at time.Time) {
 	l.mu.Lock()

@@ -152,6 +152,8 @@ queue: {partitions: %d}
 logic:
   jwt_secret: %s
   api_keys: [%s]
+  # The p2p-webhook scenario's endpoint listens in imbench, on loopback.
+  webhook: {enabled: true, allow_private_urls: true}
 `, "bench-cluster-"+randHex(8), queuePartitions, c.JWTSecret, c.APIKey)
 	c.configPath = filepath.Join(o.Dir, "im.yaml")
 	if err := os.WriteFile(c.configPath, []byte(cfg), 0o600); err != nil {

@@ -36,7 +36,7 @@ type Scenario interface {
 // SEND_ACK it reports its own. A new scenario is one more entry.
 func List() []Scenario {
 	return []Scenario{Conn{}, Conn{Variant: "tls"}, Conn{Variant: "ws"}, Ceiling{}, P2P{Label: "latency-500", Rate: 500}, P2P{Label: "latency-1000", Rate: 1000},
-		P2P{}, P2P{Label: "p2p-steady", Steady: true}, Group{}, Stall{}, Sync{}, Reconnect{}}
+		P2P{}, P2P{Label: "p2p-webhook", Webhook: true}, P2P{Label: "p2p-steady", Steady: true}, Group{}, Stall{}, Sync{}, Reconnect{}}
 }
 
 // Profile sizes every scenario.
