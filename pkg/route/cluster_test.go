@@ -2,7 +2,7 @@ package route
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -13,12 +13,13 @@ import (
 )
 
 // On a 3-master Redis Cluster the route scripts (AUTH's swap, close's
-// and deliver's compare-and-delete) work on route hashes on every master.
+// and deliver's compare-and-delete) work on route hashes on every master,
+// and count the user's routes for presence.
 func TestRouteScriptsOnEveryClusterMaster(t *testing.T) {
 	rdb := testredis.OpenCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	swap, cad := redis.NewScript(SwapScript), redis.NewScript(CompareAndDeleteScript)
+	swap, cad, closeScript := redis.NewScript(SwapScript), redis.NewScript(CompareAndDeleteScript), redis.NewScript(CloseScript)
 	users := make([]int64, 12)
 	keys := make([]string, len(users))
 	for i := range users {
@@ -30,29 +31,27 @@ func TestRouteScriptsOnEveryClusterMaster(t *testing.T) {
 	}
 	first := Entry{GateID: "g1", ConnID: 1, SinceMs: 1}.String()
 	second := Entry{GateID: "g2", ConnID: 2, SinceMs: 2}.String()
+	third := Entry{GateID: "g1", ConnID: 3, SinceMs: 3}.String()
 	for _, k := range keys {
+		run := func(sc *redis.Script, args ...any) func() (string, error) {
+			return func() (string, error) {
+				v, err := sc.Run(ctx, rdb, []string{k}, args...).Result()
+				return fmt.Sprint(v), err
+			}
+		}
 		steps := []struct {
 			name string
-			run  func() (any, error)
-			want any
+			run  func() (string, error)
+			want string
 		}{
-			{"first AUTH swaps in and finds nothing", func() (any, error) {
-				v, err := swap.Run(ctx, rdb, []string{k}, "phone", first).Result()
-				if errors.Is(err, redis.Nil) {
-					return nil, nil
-				}
-				return v, err
-			}, nil},
-			{"second AUTH swaps in and finds the first to kick", func() (any, error) {
-				return swap.Run(ctx, rdb, []string{k}, "phone", second).Result()
-			}, first},
-			{"the first connection's late close deletes nothing", func() (any, error) {
-				return cad.Run(ctx, rdb, []string{k}, "phone", first).Result()
-			}, int64(0)},
-			{"the second connection's close deletes its route", func() (any, error) {
-				return cad.Run(ctx, rdb, []string{k}, "phone", second).Result()
-			}, int64(1)},
-			{"no route is left", func() (any, error) { return rdb.HLen(ctx, k).Result() }, int64(0)},
+			{"first AUTH swaps in, finds nothing, one device", run(swap, "phone", first), "[ 1]"},
+			{"second AUTH swaps in and finds the first to kick", run(swap, "phone", second), "[" + first + " 1]"},
+			{"another device comes in: two", run(swap, "pad", third), "[ 2]"},
+			{"the first connection's late close deletes nothing", run(cad, "phone", first), "0"},
+			{"the first connection's late own close deletes nothing", run(closeScript, "phone", first), "-1"},
+			{"the second connection's close leaves the pad", run(closeScript, "phone", second), "1"},
+			{"the pad's route removed by deliver", run(cad, "pad", third), "1"},
+			{"no route is left", func() (string, error) { n, err := rdb.HLen(ctx, k).Result(); return fmt.Sprint(n), err }, "0"},
 		}
 		for _, st := range steps {
 			if got, err := st.run(); err != nil || got != st.want {

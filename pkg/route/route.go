@@ -47,12 +47,26 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
 end
 return 0`
 
-// SwapScript sets a device's route and returns the previous value (or
-// false), atomically, so exactly one AUTH sees each old connection to kick.
+// SwapScript sets a device's route and returns {the previous value or
+// "", the user's routes after it}, atomically, so exactly one AUTH sees
+// each old connection to kick, and exactly one sees the user's first
+// device come online (no previous value, one route).
 // The hash has no TTL: a connection may live for days, and entries left by a
 // crashed gate are removed by deliver when that gate reports them missing.
 // KEYS[1] route key, ARGV[1] device, ARGV[2] new value.
 const SwapScript = `
 local old = redis.call('HGET', KEYS[1], ARGV[1])
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
-return old`
+return {old or '', redis.call('HLEN', KEYS[1])}`
+
+// CloseScript is CompareAndDeleteScript for a connection's own close: it
+// returns the user's routes left after the delete, or -1 when the route
+// named another connection and nothing was deleted, so exactly one close
+// sees the user's last device go offline (0).
+// KEYS[1] route key, ARGV[1] device, ARGV[2] value.
+const CloseScript = `
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return redis.call('HLEN', KEYS[1])
+end
+return -1`

@@ -270,8 +270,13 @@ func TestWebhooks(t *testing.T) {
 		if err := dev.Recall(ctx, last.ConversationId, last.MsgId); err != nil {
 			t.Fatal(err)
 		}
+		// The owner's only device leaves: the last one out.
+		if err := dev.Close(); err != nil {
+			t.Fatal(err)
+		}
 		want := []string{"group.created", "group.members_added", "group.role_changed", "group.member_muted",
-			"group.members_removed", "friend.added", "block.added", "group.dissolved", "message.sent", "message.recalled"}
+			"group.members_removed", "friend.added", "block.added", "group.dissolved", "message.sent",
+			"user.online", "message.recalled", "user.offline"}
 		main.waitFor(t, "every event type", 30*time.Second, func() bool {
 			seen := map[string]bool{}
 			for _, d := range main.delivered {

@@ -33,8 +33,8 @@ const maxLabelLen = 64
 const kickTimeout = 3 * time.Second
 
 var (
-	swapScript    = redis.NewScript(route.SwapScript)
-	compareDelete = redis.NewScript(route.CompareAndDeleteScript)
+	swapScript  = redis.NewScript(route.SwapScript)
+	closeScript = redis.NewScript(route.CloseScript)
 )
 
 // Kicker kicks a connection on its gate.
@@ -63,16 +63,24 @@ type Mailbox interface {
 	Append(ctx context.Context, events []store.MailboxEvent) ([]int64, error)
 }
 
+// Presence records a user's first device coming online and last device
+// going offline (a *store.Store writing user.online / user.offline
+// webhook events).
+type Presence interface {
+	UserPresence(ctx context.Context, userID int64, deviceID string, online bool) error
+}
+
 // Service authenticates connections.
 type Service struct {
-	store   *store.Store
-	rdb     redis.Cmdable
-	secret  []byte
-	kicker  Kicker
-	mailbox Mailbox
-	admit   Admission
-	log     *zap.Logger
-	now     func() time.Time
+	store    *store.Store
+	rdb      redis.Cmdable
+	secret   []byte
+	kicker   Kicker
+	mailbox  Mailbox
+	admit    Admission
+	presence Presence
+	log      *zap.Logger
+	now      func() time.Time
 
 	kicks sync.WaitGroup
 }
@@ -89,6 +97,10 @@ func New(st *store.Store, rdb redis.Cmdable, secret []byte, kicker Kicker, log *
 // device) whenever it replaces another connection, so the kicked device
 // learns why even when the KICK push did not reach it.
 func (s *Service) RecordKicks(mb Mailbox) { s.mailbox = mb }
+
+// RecordPresence makes AUTH report a user's first device and a close the
+// last one to p. A failure is logged, never the AUTH's or close's.
+func (s *Service) RecordPresence(p Presence) { s.presence = p }
 
 // LimitDevices makes AUTH ask a before it reads the user row; its error
 // (a 42901) is AUTH's answer.
@@ -147,12 +159,15 @@ func (s *Service) Auth(ctx context.Context, conn Conn, req Credentials) (*logicv
 
 	since := now.UnixMilli()
 	entry := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: since}
-	old, err := swapScript.Run(ctx, s.rdb, []string{rediskey.Route(claims.UserID)}, req.DeviceID, entry.String()).Text()
-	if err != nil && !errors.Is(err, redis.Nil) {
+	old, routes, err := swapRoute(ctx, s.rdb, claims.UserID, req.DeviceID, entry.String())
+	if err != nil {
 		return nil, nil, errcode.Wrap(errcode.Busy, "", err)
 	}
 	if old != "" && s.kickOld(old, conn, claims.UserID, req.DeviceID) {
 		s.recordKick(ctx, claims.UserID, req.DeviceID)
+	}
+	if old == "" && routes == 1 {
+		s.recordPresence(ctx, claims.UserID, req.DeviceID, true)
 	}
 	sess := &logicv1.Session{UserId: claims.UserID, DeviceId: req.DeviceID, Platform: req.Platform, AppVersion: req.AppVersion, SinceMs: since}
 	return sess, &Authenticated{UserID: claims.UserID, DeviceID: req.DeviceID, Since: since}, nil
@@ -218,7 +233,42 @@ func (s *Service) Closed(ctx context.Context, conn Conn, sess *logicv1.Session) 
 		return nil
 	}
 	v := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: sess.SinceMs}.String()
-	return compareDelete.Run(ctx, s.rdb, []string{rediskey.Route(sess.UserId)}, sess.DeviceId, v).Err()
+	left, err := closeScript.Run(ctx, s.rdb, []string{rediskey.Route(sess.UserId)}, sess.DeviceId, v).Int()
+	if err != nil {
+		return err
+	}
+	if left == 0 {
+		s.recordPresence(ctx, sess.UserId, sess.DeviceId, false)
+	}
+	return nil
+}
+
+// swapRoute runs route.SwapScript: the route it replaced ("" when none)
+// and the user's routes after it.
+func swapRoute(ctx context.Context, rdb redis.Cmdable, uid int64, device, value string) (string, int64, error) {
+	v, err := swapScript.Run(ctx, rdb, []string{rediskey.Route(uid)}, device, value).Slice()
+	if err != nil {
+		return "", 0, err
+	}
+	if len(v) == 2 {
+		old, ok1 := v[0].(string)
+		n, ok2 := v[1].(int64)
+		if ok1 && ok2 {
+			return old, n, nil
+		}
+	}
+	return "", 0, fmt.Errorf("auth: route swap answered %v", v)
+}
+
+// recordPresence reports a presence change when someone listens; the
+// change itself (the route) is done, so a failure is logged only.
+func (s *Service) recordPresence(ctx context.Context, uid int64, device string, online bool) {
+	if s.presence == nil {
+		return
+	}
+	if err := s.presence.UserPresence(ctx, uid, device, online); err != nil {
+		s.log.Warn("presence event not recorded", zap.Int64("user_id", uid), zap.Bool("online", online), zap.Error(err))
+	}
 }
 
 // Wait waits (bounded by ctx) for background kicks.

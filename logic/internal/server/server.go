@@ -231,6 +231,9 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	mb := mailbox.New(st, ids)
 	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
 	authSvc.RecordKicks(mb)
+	if wc.Enabled {
+		authSvc.RecordPresence(st)
+	}
 	limits, err := ratelimit.New(rdb, ratelimit.FromConfig(lc.RateLimit), log, reg)
 	if err != nil {
 		return err

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/jmoiron/sqlx"
+
+	"github.com/sparkim/spark/pkg/jsonid"
 )
 
 // Webhook event types written to t_webhook_events. message.sent is not
@@ -85,10 +87,21 @@ func (s *Store) writeWebhookEvents(ctx context.Context, tx sqlx.ExecerContext, n
 	return err
 }
 
-// RecordUserPresence writes a user.online or user.offline event in its own
+// presenceEvent is the data of a user.online or user.offline event: the
+// device that was the user's first in or last out.
+type presenceEvent struct {
+	UserID   jsonid.ID `json:"user_id"`
+	DeviceID string    `json:"device_id"`
+}
+
+// UserPresence writes a user.online or user.offline event in its own
 // statement (presence lives in Redis; there is no transaction to join).
-func (s *Store) RecordUserPresence(ctx context.Context, typ string, data any) error {
-	return s.writeWebhookEvents(ctx, s.db, time.Now(), pendingEvent{typ: typ, data: data})
+func (s *Store) UserPresence(ctx context.Context, userID int64, deviceID string, online bool) error {
+	typ := EventUserOffline
+	if online {
+		typ = EventUserOnline
+	}
+	return s.writeWebhookEvents(ctx, s.db, time.Now(), pendingEvent{typ: typ, data: presenceEvent{UserID: jsonid.ID(userID), DeviceID: deviceID}})
 }
 
 // WebhookMessage is a t_messages row with what a message.sent event says
