@@ -293,8 +293,9 @@ const (
 // token endpoint (the service account's assertion checked) and a fake
 // push gateway (signatures checked): an offline device gets exactly one notification
 // per message and a device online none; a muted conversation and a
-// no_offline_push message none; a dead token is removed from MySQL; 503s
-// are retried; a kill -9 of the pushing logic loses and doubles nothing.
+// no_offline_push message none; a device whose connection went away
+// before its PUSH_ACK one; a dead token is removed from MySQL; 503s are
+// retried; a kill -9 of the pushing logic loses and doubles nothing.
 func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsFCMAndAGateway(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -498,6 +499,32 @@ func TestOfflinePushReachesOfflineDevicesOnceThroughAPNsFCMAndAGateway(t *testin
 		waitFor(t, "2004's token removed after 410 Unregistered", 20*time.Second, nil, func() bool {
 			return c.CountRows("SELECT COUNT(*) FROM t_push_tokens WHERE user_id = ?", 2004) == 0
 		})
+	})
+
+	t.Run("a connection that goes away before its PUSH_ACK gets the notification", func(t *testing.T) {
+		const tok = "0a1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f9"
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		defer dcancel()
+		conn, err := client.Dial(dctx, c.Gates[0].TCPAddr, client.Options{NoAutoPushAck: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Auth(dctx, c.Token(2007, "ios"), "ios", "ios", "1.0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := conn.RegisterPushToken(dctx, client.PushToken{Platform: "apns", Token: tok, Topic: "com.example.chat"}); err != nil {
+			t.Fatal(err)
+		}
+		id := send(2007, "read me later")
+		m, err := framework.NextMessage(conn, 10*time.Second)
+		if err != nil || m.MsgID.Int64() != id {
+			t.Fatalf("push of %d: %v %v", id, m.MsgID, err)
+		}
+		_ = conn.Close() // never acked: the app was killed before it showed it
+		waitFor(t, "the notification of the unacknowledged push", 20*time.Second, apns.wake, func() bool { return len(apns.notes(tok)) == 1 })
+		if n := apns.notes(tok)[0]; n.msgID != fmt.Sprint(id) || n.body != "read me later" {
+			t.Fatalf("notification %+v, want msg %d", n, id)
+		}
 	})
 
 	t.Run("kill -9 of the pushing logic loses and doubles nothing", func(t *testing.T) {

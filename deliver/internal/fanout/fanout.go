@@ -769,6 +769,11 @@ func (f *Fanout) pushGate(ctx context.Context, w *gateWork, tasks []task) (misse
 	for k, it := range w.items {
 		t := &tasks[it.task]
 		item := &gatev1.PushRequest{Command: t.command, Body: t.body, Targets: make([]*gatev1.Target, len(it.targets))}
+		if f.pushPartitions > 0 && t.message && !t.job.GetNoOfflinePush() {
+			// The gate keeps it until PUSH_ACK and reports it if the
+			// connection goes away first (an offline notification).
+			item.NotifyMsgId, item.NotifyConversationId = t.job.GetMsgId(), t.job.GetConversationId()
+		}
 		for j, tg := range it.targets {
 			item.Targets[j] = &gatev1.Target{ConnId: tg.Entry.ConnID, UserId: tg.UserID, DeviceId: tg.DeviceID}
 		}

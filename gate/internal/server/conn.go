@@ -70,8 +70,60 @@ type Conn struct {
 	// reason when it is closeKicked. Both under mu.
 	closeReason closeReason
 	kickedFor   string
+	// unacked are the MESSAGE pushes that may notify, queued to the
+	// connection and not yet PUSH_ACKed (at most maxUnacked, the oldest
+	// forgotten first), under mu: reported in the Closed event.
+	unacked []unackedPush
 
 	out *Outbound
+}
+
+// unackedPush is one MESSAGE push awaiting its PUSH_ACK.
+type unackedPush struct {
+	seq         uint32
+	msgID, conv int64
+}
+
+// maxUnacked bounds the pushes a connection remembers: a client that never
+// acks costs a fixed few bytes, and a device gone for good is notified of
+// its newest messages.
+const maxUnacked = 64
+
+// trackPush remembers a MESSAGE push until its PUSH_ACK.
+func (c *Conn) trackPush(seq uint32, msgID, conv int64) {
+	c.mu.Lock()
+	if len(c.unacked) == maxUnacked {
+		c.unacked = append(c.unacked[:0], c.unacked[1:]...)
+	}
+	c.unacked = append(c.unacked, unackedPush{seq: seq, msgID: msgID, conv: conv})
+	c.mu.Unlock()
+}
+
+// ackPush forgets the push a PUSH_ACK names.
+func (c *Conn) ackPush(seq uint32) {
+	c.mu.Lock()
+	for i, u := range c.unacked {
+		if u.seq == seq {
+			c.unacked = append(c.unacked[:i], c.unacked[i+1:]...)
+			break
+		}
+	}
+	c.mu.Unlock()
+}
+
+// takeUnacked returns the pushes never acked, for the Closed event.
+func (c *Conn) takeUnacked() []*logicv1.UnackedPush {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.unacked) == 0 {
+		return nil
+	}
+	out := make([]*logicv1.UnackedPush, len(c.unacked))
+	for i, u := range c.unacked {
+		out[i] = &logicv1.UnackedPush{MsgId: u.msgID, ConversationId: u.conv}
+	}
+	c.unacked = nil
+	return out
 }
 
 func newConn(id uint64, tr Transport, realIP string, now time.Time) *Conn {

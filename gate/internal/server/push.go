@@ -85,7 +85,7 @@ func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.Push
 			reply.Missing = append(reply.Missing, t)
 			continue
 		}
-		switch p.sess.push(c, cmd, req.Body) {
+		switch p.sess.push(c, cmd, req.Body, req.NotifyMsgId, req.NotifyConversationId) {
 		case queued:
 			reply.Delivered++
 		case queueFull:
@@ -98,15 +98,20 @@ func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.Push
 }
 
 // push queues a server-initiated frame: RequestID 0 and the connection's
-// next SequenceID, which PUSH_ACK echoes.
-func (s *sessions) push(c *Conn, cmd uint16, body []byte) enqueueResult {
+// next SequenceID, which PUSH_ACK echoes. A push naming notifyMsg (a
+// MESSAGE that may notify) is remembered until its PUSH_ACK.
+func (s *sessions) push(c *Conn, cmd uint16, body []byte, notifyMsg, notifyConv int64) enqueueResult {
+	seq := c.nextPushSeq()
 	res := c.out.Enqueue(outFrame{
-		hdr:  frame.Header{Command: cmd, SequenceID: c.nextPushSeq()},
+		hdr:  frame.Header{Command: cmd, SequenceID: seq},
 		body: body,
 		kind: kindPush,
 	})
-	if res == queueFull {
+	switch {
+	case res == queueFull:
 		s.metrics.PushesDropped.Add(1)
+	case res == queued && notifyMsg > 0:
+		c.trackPush(seq, notifyMsg, notifyConv)
 	}
 	return res
 }
@@ -196,7 +201,7 @@ func (p *pushService) Broadcast(ctx context.Context, req *gatev1.BroadcastReques
 		if !c.Authenticated() {
 			return true
 		}
-		switch p.sess.push(c, cmd, req.Body) {
+		switch p.sess.push(c, cmd, req.Body, 0, 0) {
 		case queued:
 			reply.Delivered++
 		case queueFull:

@@ -102,7 +102,7 @@ func (s *sessions) closeSession(c *Conn) {
 	s.metrics.Closes[why].Add(1)
 	if prev == stateAuthenticated {
 		s.metrics.Authenticated.Add(-1)
-		s.up.SendClosed(&c.upLink, sess, reason)
+		s.up.SendClosed(&c.upLink, sess, reason, c.takeUnacked())
 		s.log.Debug("connection closed", zap.Uint64("conn_id", c.id), zap.Int64("user_id", sess.GetUserId()),
 			zap.String("device_id", sess.GetDeviceId()), zap.String("real_ip", c.realIP), zap.String("reason", reason))
 		return
@@ -167,6 +167,7 @@ func (s *sessions) handleFrame(ctx context.Context, c *Conn, h frame.Header, bod
 		s.fail(c, h, errcode.InvalidArgument, "already authenticated")
 	case protocol.CmdPushAck:
 		s.metrics.PushAcks.Add(1)
+		c.ackPush(h.SequenceID)
 	default:
 		s.forward(ctx, c, c.Session(), h, own(body, aliased))
 	}

@@ -273,26 +273,26 @@ func (u *Upstream) Forward(ctx context.Context, c *upLink, sess *logicv1.Session
 
 // SendClosed tells logic an authenticated connection is gone, on the stream
 // its requests used so logic sees it after them.
-func (u *Upstream) SendClosed(c *upLink, sess *logicv1.Session, reason string) {
-	u.sendClosedOn(u.pick(c), c.id, sess, reason)
+func (u *Upstream) SendClosed(c *upLink, sess *logicv1.Session, reason string, unacked []*logicv1.UnackedPush) {
+	u.sendClosedOn(u.pick(c), c.id, sess, reason, unacked)
 }
 
 // SendClosedAfter tells logic that the connection p came from is gone,
 // on the stream that answered p: logic bound a session to a connection
 // that closed meanwhile.
 func (u *Upstream) SendClosedAfter(p *pendingReq, connID uint64, sess *logicv1.Session, reason string) {
-	u.sendClosedOn(p.st, connID, sess, reason)
+	u.sendClosedOn(p.st, connID, sess, reason, nil)
 }
 
 // sendClosedOn queues a Closed on st (any live stream when st is down).
-func (u *Upstream) sendClosedOn(st *stream, connID uint64, sess *logicv1.Session, reason string) {
+func (u *Upstream) sendClosedOn(st *stream, connID uint64, sess *logicv1.Session, reason string, unacked []*logicv1.UnackedPush) {
 	if st == nil || !st.up.Load() {
 		if st = u.anyLive(connID); st == nil {
 			u.metrics.ClosedDropped.Add(1)
 			return
 		}
 	}
-	it := upItem{closed: &logicv1.Closed{ConnId: connID, Session: sess, Reason: reason}}
+	it := upItem{closed: &logicv1.Closed{ConnId: connID, Session: sess, Reason: reason, Unacked: unacked}}
 	select {
 	case st.sendq <- it:
 	default:

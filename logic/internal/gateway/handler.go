@@ -44,6 +44,9 @@ type Handler struct {
 	// Push answers PUSH_SETTINGS (21), the push.Tokens the business API
 	// also uses (nil answers it 50001).
 	Push *push.Tokens
+	// Unacked queues the offline notifications of the MESSAGE pushes a
+	// closed connection never acknowledged (nil: push is off).
+	Unacked *push.Unacked
 	// Notifier is told about every RELATION and GROUP change that Changed
 	// something (notify.After*, as the business API does); nil leaves the
 	// changes to sync.
@@ -198,6 +201,15 @@ func (h *Handler) Closed(ctx context.Context, gateID string, c *logicv1.Closed) 
 	if err := h.Auth.Closed(ctx, auth.Conn{GateID: gateID, ConnID: c.ConnId}, c.Session); err != nil {
 		h.Log.Warn("route delete failed", zap.Uint64("conn_id", c.ConnId), zap.String("gate_id", gateID),
 			zap.Int64("user_id", c.Session.GetUserId()), zap.String("device_id", c.Session.GetDeviceId()), zap.Error(err))
+	}
+	if h.Unacked == nil || len(c.Unacked) == 0 {
+		return
+	}
+	if err := h.Unacked.Queue(ctx, c.Session, c.Unacked); err != nil {
+		// The device syncs the messages when it comes back; only the
+		// notification is lost.
+		h.Log.Warn("queue notifications of unacknowledged pushes", zap.Int64("user_id", c.Session.GetUserId()),
+			zap.String("device_id", c.Session.GetDeviceId()), zap.Int("pushes", len(c.Unacked)), zap.Error(err))
 	}
 }
 

@@ -230,14 +230,45 @@ const usersPerQuery = 500
 // error): the entry is then run again later, and the devices already
 // done are skipped by their keys.
 func (w *Worker) Process(ctx context.Context, job *queuev1.PushJob) (done bool, err error) {
+	if job.GetSenderId() == 0 {
+		// A push a connection never acked (Unacked): the message's
+		// details come from MySQL, and a message gone or recalled
+		// meanwhile notifies nobody.
+		m, err := w.store.GetMessage(ctx, job.GetMsgId(), job.GetConversationId())
+		if errors.Is(err, store.ErrNotFound) {
+			return true, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if m.Status != store.MessageNormal {
+			return true, nil
+		}
+		pj, err := dialog.EncodePreview(dialog.PreviewOf(m.ID, m.SenderID, m.MessageType, m.Content))
+		if err != nil {
+			return false, err
+		}
+		job = proto.CloneOf(job)
+		job.SenderId, job.MessageType, job.Preview = m.SenderID, int32(m.MessageType), pj
+	}
 	online := make(map[int64]map[string]bool, len(job.GetUsers()))
+	only := make(map[int64]map[string]bool)
 	uids := make([]int64, 0, len(job.GetUsers()))
 	for _, u := range job.GetUsers() {
+		if u.GetUserId() == job.GetSenderId() {
+			continue // never notified of one's own message
+		}
 		devs := make(map[string]bool, len(u.GetOnlineDevices()))
 		for _, d := range u.GetOnlineDevices() {
 			devs[d] = true
 		}
 		online[u.GetUserId()] = devs
+		if len(u.GetOnlyDevices()) > 0 {
+			only[u.GetUserId()] = make(map[string]bool, len(u.GetOnlyDevices()))
+			for _, d := range u.GetOnlyDevices() {
+				only[u.GetUserId()][d] = true
+			}
+		}
 		uids = append(uids, u.GetUserId())
 	}
 	var prev dialog.Preview
@@ -254,7 +285,7 @@ func (w *Worker) Process(ctx context.Context, job *queuev1.PushJob) (done bool, 
 		byUser := map[int64][]store.PushTarget{}
 		var order []int64
 		for _, t := range targets {
-			if online[t.UserID][t.DeviceID] {
+			if online[t.UserID][t.DeviceID] || (only[t.UserID] != nil && !only[t.UserID][t.DeviceID]) {
 				continue
 			}
 			if _, ok := byUser[t.UserID]; !ok {

@@ -218,3 +218,30 @@ func TestPushMetricsFollowTheScheme(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A push a connection never acked comes as a job for that one device with
+// no details: the worker reads the message from MySQL, notifies only that
+// device (not the user's other offline ones), never the sender, and a
+// recalled message nobody.
+func TestWorkerNotifiesTheDeviceOfAnUnackedPushFromTheStoredMessage(t *testing.T) {
+	e := newWorkerEnv(t, time.Minute)
+	now := time.Now()
+	e.db.MustExec(`INSERT INTO t_messages (id, conversation_id, sender_id, client_msg_id, message_type, content, status, created_at)
+		VALUES (5001, ?, 9, 'c1', 1, '{"t":1,"text":"did you see this"}', 1, ?), (5002, ?, 9, 'c2', 1, '{"t":1,"text":"gone"}', 2, ?),
+		(5003, ?, 1, 'c3', 1, '{"t":1,"text":"mine"}', 1, ?)`, e.cid, now, e.cid, now, e.cid, now)
+	unacked := func(msgID, uid int64, dev string) *queuev1.PushJob {
+		return &queuev1.PushJob{MsgId: msgID, ConversationId: e.cid, Users: []*queuev1.PushUser{{UserId: uid, OnlyDevices: []string{dev}}}}
+	}
+	for _, j := range []*queuev1.PushJob{unacked(5001, 1, "b"), unacked(5002, 1, "a"), unacked(5003, 1, "a"), unacked(5999, 1, "a")} {
+		if done, err := e.w.Process(e.ctx, j); err != nil || !done {
+			t.Fatalf("msg %d: %v %v", j.GetMsgId(), done, err)
+		}
+	}
+	if len(e.prov.sent) != 1 {
+		t.Fatalf("%d notifications, want 1: %+v", len(e.prov.sent), e.prov.sent)
+	}
+	n := e.prov.sent[0]
+	if n.Token.Token != "tok-b" || n.MsgID != 5001 || n.Title != "Ann" || n.Body != "did you see this" {
+		t.Fatalf("notification %+v", n)
+	}
+}

@@ -259,7 +259,9 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	defer sendSvc.Close() // after the drain below: no send is in flight by then
 	inboxSvc := inbox.New(st, rdb, mb, log)
 	pushTokens := push.NewTokens(st)
+	var unacked *push.Unacked
 	if cfg.Push.Enabled {
+		unacked = push.NewUnacked(rdb, cfg.Push.Partitions)
 		providers, err := push.ProvidersFrom(cfg.Push)
 		if err != nil {
 			return err
@@ -287,7 +289,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
-		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens,
+		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens, Unacked: unacked,
 		Limits: limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
 	}, gates, log)
 	if err != nil {

@@ -91,9 +91,15 @@ type PushRequest struct {
 	Targets []*Target              `protobuf:"bytes,1,rep,name=targets,proto3" json:"targets,omitempty"`
 	Command uint32                 `protobuf:"varint,2,opt,name=command,proto3" json:"command,omitempty"`
 	// body is the complete frame body (the response envelope JSON).
-	Body          []byte `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Body []byte `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
+	// notify_msg_id and notify_conversation_id, set on a MESSAGE push that
+	// may raise an offline notification, make the gate keep the push until
+	// the device's PUSH_ACK and report it in the connection's Closed event
+	// when the connection goes away before (docs/decisions.md 90).
+	NotifyMsgId          int64 `protobuf:"varint,4,opt,name=notify_msg_id,json=notifyMsgId,proto3" json:"notify_msg_id,omitempty"`
+	NotifyConversationId int64 `protobuf:"varint,5,opt,name=notify_conversation_id,json=notifyConversationId,proto3" json:"notify_conversation_id,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PushRequest) Reset() {
@@ -145,6 +151,20 @@ func (x *PushRequest) GetBody() []byte {
 		return x.Body
 	}
 	return nil
+}
+
+func (x *PushRequest) GetNotifyMsgId() int64 {
+	if x != nil {
+		return x.NotifyMsgId
+	}
+	return 0
+}
+
+func (x *PushRequest) GetNotifyConversationId() int64 {
+	if x != nil {
+		return x.NotifyConversationId
+	}
+	return 0
 }
 
 type PushReply struct {
@@ -635,11 +655,13 @@ const file_gate_v1_push_proto_rawDesc = "" +
 	"\x06Target\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\x03R\x06userId\x12\x1b\n" +
-	"\tdevice_id\x18\x03 \x01(\tR\bdeviceId\"f\n" +
+	"\tdevice_id\x18\x03 \x01(\tR\bdeviceId\"\xc0\x01\n" +
 	"\vPushRequest\x12)\n" +
 	"\atargets\x18\x01 \x03(\v2\x0f.gate.v1.TargetR\atargets\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\rR\acommand\x12\x12\n" +
-	"\x04body\x18\x03 \x01(\fR\x04body\"\x7f\n" +
+	"\x04body\x18\x03 \x01(\fR\x04body\x12\"\n" +
+	"\rnotify_msg_id\x18\x04 \x01(\x03R\vnotifyMsgId\x124\n" +
+	"\x16notify_conversation_id\x18\x05 \x01(\x03R\x14notifyConversationId\"\x7f\n" +
 	"\tPushReply\x12\x1c\n" +
 	"\tdelivered\x18\x01 \x01(\rR\tdelivered\x12)\n" +
 	"\amissing\x18\x02 \x03(\v2\x0f.gate.v1.TargetR\amissing\x12)\n" +

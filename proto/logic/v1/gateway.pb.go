@@ -536,10 +536,14 @@ func (x *Request) GetBody() []byte {
 
 // Closed reports that a connection is gone, so logic can drop its route.
 type Closed struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ConnId        uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
-	Session       *Session               `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
-	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	ConnId  uint64                 `protobuf:"varint,1,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	Session *Session               `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Reason  string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	// unacked are the MESSAGE pushes the gate queued to the connection that
+	// its device never acknowledged (PUSH_ACK), newest last: logic queues
+	// their offline notifications.
+	Unacked       []*UnackedPush `protobuf:"bytes,4,rep,name=unacked,proto3" json:"unacked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -595,6 +599,66 @@ func (x *Closed) GetReason() string {
 	return ""
 }
 
+func (x *Closed) GetUnacked() []*UnackedPush {
+	if x != nil {
+		return x.Unacked
+	}
+	return nil
+}
+
+// UnackedPush is one MESSAGE push a connection took but never acked.
+type UnackedPush struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MsgId          int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *UnackedPush) Reset() {
+	*x = UnackedPush{}
+	mi := &file_logic_v1_gateway_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UnackedPush) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UnackedPush) ProtoMessage() {}
+
+func (x *UnackedPush) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_gateway_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UnackedPush.ProtoReflect.Descriptor instead.
+func (*UnackedPush) Descriptor() ([]byte, []int) {
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *UnackedPush) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *UnackedPush) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
 // Rebind re-reports authenticated connections after logic asked with
 // Resync (Redis lost the route table). Logic restores each route only where
 // no newer one exists.
@@ -607,7 +671,7 @@ type Rebind struct {
 
 func (x *Rebind) Reset() {
 	*x = Rebind{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[7]
+	mi := &file_logic_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -619,7 +683,7 @@ func (x *Rebind) String() string {
 func (*Rebind) ProtoMessage() {}
 
 func (x *Rebind) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[7]
+	mi := &file_logic_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -632,7 +696,7 @@ func (x *Rebind) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Rebind.ProtoReflect.Descriptor instead.
 func (*Rebind) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Rebind) GetBindings() []*Binding {
@@ -653,7 +717,7 @@ type Binding struct {
 
 func (x *Binding) Reset() {
 	*x = Binding{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[8]
+	mi := &file_logic_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -665,7 +729,7 @@ func (x *Binding) String() string {
 func (*Binding) ProtoMessage() {}
 
 func (x *Binding) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[8]
+	mi := &file_logic_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -678,7 +742,7 @@ func (x *Binding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Binding.ProtoReflect.Descriptor instead.
 func (*Binding) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Binding) GetConnId() uint64 {
@@ -713,7 +777,7 @@ type LogicFrame struct {
 
 func (x *LogicFrame) Reset() {
 	*x = LogicFrame{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[9]
+	mi := &file_logic_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +789,7 @@ func (x *LogicFrame) String() string {
 func (*LogicFrame) ProtoMessage() {}
 
 func (x *LogicFrame) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[9]
+	mi := &file_logic_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +802,7 @@ func (x *LogicFrame) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogicFrame.ProtoReflect.Descriptor instead.
 func (*LogicFrame) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogicFrame) GetKind() isLogicFrame_Kind {
@@ -822,7 +886,7 @@ type LogicBatch struct {
 
 func (x *LogicBatch) Reset() {
 	*x = LogicBatch{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[10]
+	mi := &file_logic_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -834,7 +898,7 @@ func (x *LogicBatch) String() string {
 func (*LogicBatch) ProtoMessage() {}
 
 func (x *LogicBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[10]
+	mi := &file_logic_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -847,7 +911,7 @@ func (x *LogicBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogicBatch.ProtoReflect.Descriptor instead.
 func (*LogicBatch) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LogicBatch) GetResponses() []*Response {
@@ -868,7 +932,7 @@ type Welcome struct {
 
 func (x *Welcome) Reset() {
 	*x = Welcome{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[11]
+	mi := &file_logic_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -880,7 +944,7 @@ func (x *Welcome) String() string {
 func (*Welcome) ProtoMessage() {}
 
 func (x *Welcome) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[11]
+	mi := &file_logic_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -893,7 +957,7 @@ func (x *Welcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Welcome.ProtoReflect.Descriptor instead.
 func (*Welcome) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Welcome) GetBatches() bool {
@@ -913,7 +977,7 @@ type Resync struct {
 
 func (x *Resync) Reset() {
 	*x = Resync{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[12]
+	mi := &file_logic_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +989,7 @@ func (x *Resync) String() string {
 func (*Resync) ProtoMessage() {}
 
 func (x *Resync) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[12]
+	mi := &file_logic_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1002,7 @@ func (x *Resync) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resync.ProtoReflect.Descriptor instead.
 func (*Resync) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 // Response answers a Request. The gate writes body as a frame with the given
@@ -960,7 +1024,7 @@ type Response struct {
 
 func (x *Response) Reset() {
 	*x = Response{}
-	mi := &file_logic_v1_gateway_proto_msgTypes[13]
+	mi := &file_logic_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -972,7 +1036,7 @@ func (x *Response) String() string {
 func (*Response) ProtoMessage() {}
 
 func (x *Response) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_gateway_proto_msgTypes[13]
+	mi := &file_logic_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -985,7 +1049,7 @@ func (x *Response) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Response.ProtoReflect.Descriptor instead.
 func (*Response) Descriptor() ([]byte, []int) {
-	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_logic_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Response) GetConnId() uint64 {
@@ -1076,11 +1140,15 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\x04R\trequestId\x12\x1f\n" +
 	"\vsequence_id\x18\x06 \x01(\rR\n" +
 	"sequenceId\x12\x12\n" +
-	"\x04body\x18\a \x01(\fR\x04body\"f\n" +
+	"\x04body\x18\a \x01(\fR\x04body\"\x97\x01\n" +
 	"\x06Closed\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
 	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"7\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12/\n" +
+	"\aunacked\x18\x04 \x03(\v2\x15.logic.v1.UnackedPushR\aunacked\"M\n" +
+	"\vUnackedPush\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\"7\n" +
 	"\x06Rebind\x12-\n" +
 	"\bbindings\x18\x01 \x03(\v2\x11.logic.v1.BindingR\bbindings\"O\n" +
 	"\aBinding\x12\x17\n" +
@@ -1124,49 +1192,51 @@ func file_logic_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_logic_v1_gateway_proto_rawDescData
 }
 
-var file_logic_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_logic_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_logic_v1_gateway_proto_goTypes = []any{
-	(*Session)(nil),    // 0: logic.v1.Session
-	(*GateFrame)(nil),  // 1: logic.v1.GateFrame
-	(*GateBatch)(nil),  // 2: logic.v1.GateBatch
-	(*GateEvent)(nil),  // 3: logic.v1.GateEvent
-	(*Hello)(nil),      // 4: logic.v1.Hello
-	(*Request)(nil),    // 5: logic.v1.Request
-	(*Closed)(nil),     // 6: logic.v1.Closed
-	(*Rebind)(nil),     // 7: logic.v1.Rebind
-	(*Binding)(nil),    // 8: logic.v1.Binding
-	(*LogicFrame)(nil), // 9: logic.v1.LogicFrame
-	(*LogicBatch)(nil), // 10: logic.v1.LogicBatch
-	(*Welcome)(nil),    // 11: logic.v1.Welcome
-	(*Resync)(nil),     // 12: logic.v1.Resync
-	(*Response)(nil),   // 13: logic.v1.Response
+	(*Session)(nil),     // 0: logic.v1.Session
+	(*GateFrame)(nil),   // 1: logic.v1.GateFrame
+	(*GateBatch)(nil),   // 2: logic.v1.GateBatch
+	(*GateEvent)(nil),   // 3: logic.v1.GateEvent
+	(*Hello)(nil),       // 4: logic.v1.Hello
+	(*Request)(nil),     // 5: logic.v1.Request
+	(*Closed)(nil),      // 6: logic.v1.Closed
+	(*UnackedPush)(nil), // 7: logic.v1.UnackedPush
+	(*Rebind)(nil),      // 8: logic.v1.Rebind
+	(*Binding)(nil),     // 9: logic.v1.Binding
+	(*LogicFrame)(nil),  // 10: logic.v1.LogicFrame
+	(*LogicBatch)(nil),  // 11: logic.v1.LogicBatch
+	(*Welcome)(nil),     // 12: logic.v1.Welcome
+	(*Resync)(nil),      // 13: logic.v1.Resync
+	(*Response)(nil),    // 14: logic.v1.Response
 }
 var file_logic_v1_gateway_proto_depIdxs = []int32{
 	4,  // 0: logic.v1.GateFrame.hello:type_name -> logic.v1.Hello
 	5,  // 1: logic.v1.GateFrame.request:type_name -> logic.v1.Request
 	6,  // 2: logic.v1.GateFrame.closed:type_name -> logic.v1.Closed
-	7,  // 3: logic.v1.GateFrame.rebind:type_name -> logic.v1.Rebind
+	8,  // 3: logic.v1.GateFrame.rebind:type_name -> logic.v1.Rebind
 	2,  // 4: logic.v1.GateFrame.batch:type_name -> logic.v1.GateBatch
 	3,  // 5: logic.v1.GateBatch.events:type_name -> logic.v1.GateEvent
 	5,  // 6: logic.v1.GateEvent.request:type_name -> logic.v1.Request
 	6,  // 7: logic.v1.GateEvent.closed:type_name -> logic.v1.Closed
 	0,  // 8: logic.v1.Request.session:type_name -> logic.v1.Session
 	0,  // 9: logic.v1.Closed.session:type_name -> logic.v1.Session
-	8,  // 10: logic.v1.Rebind.bindings:type_name -> logic.v1.Binding
-	0,  // 11: logic.v1.Binding.session:type_name -> logic.v1.Session
-	13, // 12: logic.v1.LogicFrame.response:type_name -> logic.v1.Response
-	12, // 13: logic.v1.LogicFrame.resync:type_name -> logic.v1.Resync
-	10, // 14: logic.v1.LogicFrame.batch:type_name -> logic.v1.LogicBatch
-	11, // 15: logic.v1.LogicFrame.welcome:type_name -> logic.v1.Welcome
-	13, // 16: logic.v1.LogicBatch.responses:type_name -> logic.v1.Response
-	0,  // 17: logic.v1.Response.bind:type_name -> logic.v1.Session
-	1,  // 18: logic.v1.Gateway.Connect:input_type -> logic.v1.GateFrame
-	9,  // 19: logic.v1.Gateway.Connect:output_type -> logic.v1.LogicFrame
-	19, // [19:20] is the sub-list for method output_type
-	18, // [18:19] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	7,  // 10: logic.v1.Closed.unacked:type_name -> logic.v1.UnackedPush
+	9,  // 11: logic.v1.Rebind.bindings:type_name -> logic.v1.Binding
+	0,  // 12: logic.v1.Binding.session:type_name -> logic.v1.Session
+	14, // 13: logic.v1.LogicFrame.response:type_name -> logic.v1.Response
+	13, // 14: logic.v1.LogicFrame.resync:type_name -> logic.v1.Resync
+	11, // 15: logic.v1.LogicFrame.batch:type_name -> logic.v1.LogicBatch
+	12, // 16: logic.v1.LogicFrame.welcome:type_name -> logic.v1.Welcome
+	14, // 17: logic.v1.LogicBatch.responses:type_name -> logic.v1.Response
+	0,  // 18: logic.v1.Response.bind:type_name -> logic.v1.Session
+	1,  // 19: logic.v1.Gateway.Connect:input_type -> logic.v1.GateFrame
+	10, // 20: logic.v1.Gateway.Connect:output_type -> logic.v1.LogicFrame
+	20, // [20:21] is the sub-list for method output_type
+	19, // [19:20] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_gateway_proto_init() }
@@ -1185,7 +1255,7 @@ func file_logic_v1_gateway_proto_init() {
 		(*GateEvent_Request)(nil),
 		(*GateEvent_Closed)(nil),
 	}
-	file_logic_v1_gateway_proto_msgTypes[9].OneofWrappers = []any{
+	file_logic_v1_gateway_proto_msgTypes[10].OneofWrappers = []any{
 		(*LogicFrame_Response)(nil),
 		(*LogicFrame_Resync)(nil),
 		(*LogicFrame_Batch)(nil),
@@ -1197,7 +1267,7 @@ func file_logic_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_gateway_proto_rawDesc), len(file_logic_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

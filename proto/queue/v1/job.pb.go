@@ -395,6 +395,9 @@ type PushUser struct {
 	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
 	// online_devices took the message on a live connection.
 	OnlineDevices []string `protobuf:"bytes,2,rep,name=online_devices,json=onlineDevices,proto3" json:"online_devices,omitempty"`
+	// only_devices, when set, limits the job to these devices (a
+	// connection that closed before acknowledging the push).
+	OnlyDevices   []string `protobuf:"bytes,3,rep,name=only_devices,json=onlyDevices,proto3" json:"only_devices,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -443,6 +446,13 @@ func (x *PushUser) GetOnlineDevices() []string {
 	return nil
 }
 
+func (x *PushUser) GetOnlyDevices() []string {
+	if x != nil {
+		return x.OnlyDevices
+	}
+	return nil
+}
+
 var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
@@ -479,10 +489,11 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\apreview\x18\x06 \x01(\fR\apreview\x12\"\n" +
 	"\rcreated_at_ms\x18\a \x01(\x03R\vcreatedAtMs\x12(\n" +
 	"\x05users\x18\b \x03(\v2\x12.queue.v1.PushUserR\x05users\x12$\n" +
-	"\x0eenqueued_at_ms\x18\t \x01(\x03R\fenqueuedAtMs\"J\n" +
+	"\x0eenqueued_at_ms\x18\t \x01(\x03R\fenqueuedAtMs\"m\n" +
 	"\bPushUser\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12%\n" +
-	"\x0eonline_devices\x18\x02 \x03(\tR\ronlineDevices*N\n" +
+	"\x0eonline_devices\x18\x02 \x03(\tR\ronlineDevices\x12!\n" +
+	"\fonly_devices\x18\x03 \x03(\tR\vonlyDevices*N\n" +
 	"\aJobKind\x12\x18\n" +
 	"\x14JOB_KIND_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_KIND_MESSAGE\x10\x01\x12\x13\n" +
