@@ -601,7 +601,7 @@ func Default() *Config {
 				AuthBlock:         5 * time.Minute,
 			},
 			RecallWindow:    2 * time.Minute,
-			CommitWorkers:   16,
+			CommitWorkers:   4,
 			CommitBatch:     256,
 			GroupMaxMembers: 10000,
 			MaxFrameSize:    64 << 10,

@@ -42,7 +42,7 @@ func TestLoad(t *testing.T) {
 		{"p2p policy default", c.Logic.P2PPolicy, P2POpen},
 		{"system user default", c.Logic.SystemUserID, int64(1)},
 		{"http addr default", c.Logic.HTTPAddr, "127.0.0.1:9010"},
-		{"group commit on by default", c.Logic.CommitWorkers, 16},
+		{"group commit on by default", c.Logic.CommitWorkers, 4},
 		{"commit batch default", c.Logic.CommitBatch, 256},
 		{"no client advertise by default", len(c.Gate.ClientAdvertise), 0},
 	}

@@ -31,7 +31,7 @@ var CeilingBatches = []int{8, 32}
 // commitWorkers is logic.commit_workers' default (decisions 28, 92), which the
 // benchmark's logic runs with: the batched ceiling commits from as many
 // connections as logic's group commit does.
-const commitWorkers = 16
+const commitWorkers = 4
 
 // Name implements Scenario.
 func (Ceiling) Name() string { return "ceiling" }
