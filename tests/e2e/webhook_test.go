@@ -205,6 +205,9 @@ func TestWebhooks(t *testing.T) {
 		"IM_LOGIC_REQUEST_TIMEOUT=2s", "IM_LOGIC_WEBHOOK_SETTLE=2500ms",
 		"IM_LOGIC_WEBHOOK_POLL_INTERVAL=100ms", "IM_LOGIC_WEBHOOK_RETRY_BASE=200ms",
 		"IM_LOGIC_WEBHOOK_RETRY_MAX_INTERVAL=1s", "IM_LOGIC_WEBHOOK_LEASE_TTL=2s",
+		// Long enough for the 503 period, short enough to see an endpoint
+		// die.
+		"IM_LOGIC_WEBHOOK_RETRY_FOR=20s",
 	}})
 	ctx := ctxT(t, 4*time.Minute)
 	api, actx := apiClient(t, c, ctx)
@@ -520,5 +523,35 @@ func TestWebhooks(t *testing.T) {
 		if code, b := httpCall(t, c.Logics[0].HTTPAddr, framework.APIKey, "POST", "/v1/webhooks/999999/disable", `{}`); code != http.StatusNotFound {
 			t.Fatalf("disable of a missing endpoint: %d %s", code, b)
 		}
+	})
+
+	t.Run("an endpoint failing past retry_for is dead until replayed", func(t *testing.T) {
+		down := newHookReceiver(t, hookSecret)
+		down.setStatus(http.StatusInternalServerError)
+		ep, err := api.CreateWebhookEndpoint(actx, &logicv1.CreateWebhookEndpointRequest{Url: down.url(), Events: []string{"message.sent"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		down.setSecrets(t, ep.Secret)
+		sent, err := send(base+20, base+21, "to-the-dead")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got *logicv1.WebhookEndpoint
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if got = endpointByURL(t, api, actx, down.url()); got.Status == "dead" || time.Now().After(deadline) {
+				break
+			}
+		}
+		if got.Status != "dead" || got.Attempts < 2 || !strings.Contains(got.LastError, "500") {
+			t.Fatalf("endpoint after 20 s of 500s: %v", got)
+		}
+		down.setStatus(http.StatusOK)
+		if _, err := api.ReplayWebhookEndpoint(actx, &logicv1.ReplayWebhookEndpointRequest{EndpointId: ep.EndpointId}); err != nil {
+			t.Fatal(err)
+		}
+		want := strconv.FormatInt(sent.MsgId, 10)
+		down.waitFor(t, "the message after the replay", 30*time.Second, func() bool { return down.sentMsgIDs()[want] > 0 })
+		down.checkClean(t)
 	})
 }

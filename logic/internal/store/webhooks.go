@@ -199,6 +199,26 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, url, events, secret, EndpointActive, cursor, f
 	return s.GetWebhookEndpoint(ctx, id)
 }
 
+// WithConfigLock runs fn while holding a MySQL named lock, so logic
+// processes starting together create each endpoint of logic.webhook.urls
+// once (the table has no key on the URL: it may be 2048 bytes).
+func (s *Store) WithConfigLock(ctx context.Context, fn func(ctx context.Context) error) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("store: webhook config lock: %w", err)
+	}
+	defer conn.Close()
+	var got sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK('spark_webhook_config', 10)").Scan(&got); err != nil {
+		return fmt.Errorf("store: webhook config lock: %w", err)
+	}
+	if got.Int64 != 1 {
+		return errors.New("store: webhook config lock: held by another logic for 10 s")
+	}
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('spark_webhook_config')") }()
+	return fn(ctx)
+}
+
 // ConfigWebhookEndpoint returns the endpoint logic.webhook.urls created for
 // url; ErrNotFound when there is none.
 func (s *Store) ConfigWebhookEndpoint(ctx context.Context, url string) (WebhookEndpoint, error) {

@@ -51,6 +51,13 @@ func NewService(st *store.Store, cfg config.Webhook) *Service {
 // EnsureConfigEndpoints creates the endpoints of logic.webhook.urls that
 // do not exist yet; they receive the events from now on.
 func (s *Service) EnsureConfigEndpoints(ctx context.Context) error {
+	if len(s.cfg.URLs) == 0 {
+		return nil
+	}
+	return s.st.WithConfigLock(ctx, s.ensureConfigEndpoints)
+}
+
+func (s *Service) ensureConfigEndpoints(ctx context.Context) error {
 	for _, u := range s.cfg.URLs {
 		_, err := s.st.ConfigWebhookEndpoint(ctx, u)
 		if err == nil {
