@@ -215,7 +215,9 @@ func (s *Store) WithConfigLock(ctx context.Context, fn func(ctx context.Context)
 	if got.Int64 != 1 {
 		return errors.New("store: webhook config lock: held by another logic for 10 s")
 	}
-	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('spark_webhook_config')") }()
+	defer func() {
+		_, _ = conn.ExecContext(context.WithoutCancel(ctx), "SELECT RELEASE_LOCK('spark_webhook_config')")
+	}()
 	return fn(ctx)
 }
 
