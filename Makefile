@@ -92,7 +92,7 @@ E2E_CLUSTER_TESTS = ^(TestExchangeAcrossGates|TestSenderOtherDevices|TestEveryRe
 |TestLogicWithALostMachineLease.*|TestLogicSIGTERMUnderLoad.*|TestKillGateUnderLoad.*|TestKillLogicUnderLoad.*|TestKillDeliverUnderLoad.*\
 |TestDeliverWithDeadGate|TestDeliverCrashBeforeAck|TestDeliverCrashMidPush|TestDeliverSIGTERM.*\
 |TestEnqueueFailureThenRetry|TestSameDeviceKick|TestRedisStoppedTenSecondsUnderLoad.*\
-|TestBusinessAPIOnline|TestBusinessAPIChangesAndSystemMessages|TestOfflinePushReachesOfflineDevicesOnceThroughAPNsFCMAndAGateway)$$
+|TestBusinessAPIOnline|TestBusinessAPIChangesAndSystemMessages|TestOfflinePushReachesOfflineDevicesOnceThroughAPNsFCMAndAGateway|TestOfflinePushCollapsesAGroupStormToOneNotificationPerDevice)$$
 E2E_CLUSTER_RUN = $(subst $(space),,$(E2E_CLUSTER_TESTS))
 e2e-cluster: services test-deps build-failpoints
 	@want=$$(echo '$(E2E_CLUSTER_RUN)' | tr '|' '\n' | wc -l); got=$$($(GO) test -list '$(E2E_CLUSTER_RUN)' ./tests/e2e/ | grep -c '^Test'); \
