@@ -216,19 +216,25 @@ func (d *Dispatcher) step(ctx context.Context, l *lease.Lease, id int64) (time.D
 	if bound <= ep.CursorID {
 		return d.cfg.PollInterval, false, nil
 	}
-	msgs, err := d.st.WebhookMessagesAfter(ctx, ep.CursorID, bound, d.cfg.Batch)
-	if err != nil {
-		return 0, false, err
+	// A stream the endpoint takes nothing from is not read (it counts as
+	// read to the bound).
+	subs := subscriptions(ep.Events)
+	var msgs []store.WebhookMessage
+	if subs.has(EventMessageSent) {
+		if msgs, err = d.st.WebhookMessagesAfter(ctx, ep.CursorID, bound, d.cfg.Batch); err != nil {
+			return 0, false, err
+		}
 	}
-	evs, err := d.st.WebhookEventsAfter(ctx, ep.CursorID, bound, d.cfg.Batch)
-	if err != nil {
-		return 0, false, err
+	var evs []store.WebhookEvent
+	if subs.hasOtherThan(EventMessageSent) {
+		if evs, err = d.st.WebhookEventsAfter(ctx, ep.CursorID, bound, d.cfg.Batch); err != nil {
+			return 0, false, err
+		}
 	}
 	items, upTo, err := merge(msgs, evs, d.cfg.Batch, bound)
 	if err != nil {
 		return 0, false, err
 	}
-	subs := subscriptions(ep.Events)
 	secrets, err := signingSecrets(ep, now)
 	if err != nil {
 		return 0, false, err
@@ -383,3 +389,8 @@ func subscriptions(events string) subscription {
 }
 
 func (s subscription) has(typ string) bool { return len(s) == 0 || slices.Contains(s, typ) }
+
+// hasOtherThan reports whether s takes any type but typ.
+func (s subscription) hasOtherThan(typ string) bool {
+	return len(s) == 0 || slices.ContainsFunc(s, func(t string) bool { return t != typ })
+}

@@ -281,17 +281,19 @@ func TestMessageItem(t *testing.T) {
 
 func TestSubscription(t *testing.T) {
 	tests := []struct {
-		events, typ string
-		want        bool
+		events, typ     string
+		has, hasOtherTo bool
 	}{
-		{"", "message.sent", true},
-		{"message.sent", "message.sent", true},
-		{"message.sent,group.created", "group.created", true},
-		{"message.sent", "group.created", false},
+		{"", "message.sent", true, true},
+		{"message.sent", "message.sent", true, false},
+		{"message.sent,group.created", "group.created", true, true},
+		{"message.sent", "group.created", false, true},
+		{"group.created", "group.created", true, false},
 	}
 	for _, tt := range tests {
-		if got := subscriptions(tt.events).has(tt.typ); got != tt.want {
-			t.Errorf("%q has %s = %v", tt.events, tt.typ, got)
+		s := subscriptions(tt.events)
+		if s.has(tt.typ) != tt.has || s.hasOtherThan(tt.typ) != tt.hasOtherTo {
+			t.Errorf("%q: has(%s) = %v, hasOtherThan = %v; want %v, %v", tt.events, tt.typ, s.has(tt.typ), s.hasOtherThan(tt.typ), tt.has, tt.hasOtherTo)
 		}
 	}
 }
