@@ -27,13 +27,10 @@ func (s *Server) webhooks() (*webhook.Service, error) {
 	return s.hooks, nil
 }
 
-// webhookErr maps the manager's errors: bad input 40001, no such
-// endpoint 40401.
+// webhookErr maps the manager's errors: no such endpoint is 40401; bad
+// input is already a 40001 naming the field.
 func (s *Server) webhookErr(op string, err error) error {
-	switch {
-	case errors.Is(err, webhook.ErrInvalid):
-		return withCode(errcode.InvalidArgument, err.Error())
-	case errors.Is(err, store.ErrNotFound):
+	if errors.Is(err, store.ErrNotFound) {
 		return withCode(errcode.NotFound, "no such webhook endpoint")
 	}
 	return s.statusOf(op, err)

@@ -45,6 +45,7 @@ import (
 	"github.com/sparkim/spark/pkg/admin"
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/redisconn"
 	"github.com/sparkim/spark/pkg/rediskey"
@@ -217,7 +218,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		st.RecordWebhookEvents(ids.Next)
 		if err := awaitDep(ctx, log, "webhook endpoints of logic.webhook.urls", func(ctx context.Context) error {
 			err := hooks.EnsureConfigEndpoints(ctx)
-			if errors.Is(err, webhook.ErrInvalid) {
+			if code, _ := errcode.Of(err); code == errcode.InvalidArgument {
 				return backoffStop{err}
 			}
 			return err

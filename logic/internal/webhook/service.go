@@ -13,6 +13,7 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/stdwebhook"
 )
@@ -27,9 +28,13 @@ var EventTypes = []string{
 	store.EventUserOnline, store.EventUserOffline,
 }
 
-// ErrInvalid is wrapped by every refusal of bad input (a URL, an event
-// type, a grace period); nothing was changed.
-var ErrInvalid = errors.New("webhook: invalid")
+// invalid is the refusal of bad input in field (40001 naming it, with
+// err's reason); nothing was changed.
+func invalid(field string, err error) error {
+	e := errcode.Invalid(field, strings.TrimPrefix(err.Error(), "webhook: "))
+	e.Err = err
+	return e
+}
 
 // MaxRotationGrace bounds how long an old secret may keep signing.
 const MaxRotationGrace = 7 * 24 * time.Hour
@@ -79,11 +84,11 @@ func (s *Service) ensureConfigEndpoints(ctx context.Context) error {
 func (s *Service) check(ctx context.Context, url string, events []string) error {
 	for _, e := range events {
 		if !slices.Contains(EventTypes, e) {
-			return fmt.Errorf("%w: unknown event type %q", ErrInvalid, e)
+			return errcode.Invalid("events", fmt.Sprintf("unknown event type %q", e))
 		}
 	}
 	if err := CheckURL(ctx, url, s.cfg.AllowPrivateURLs, s.resolver); err != nil {
-		return fmt.Errorf("%w: %w", ErrInvalid, err)
+		return invalid("url", err)
 	}
 	return nil
 }
@@ -119,7 +124,7 @@ func (s *Service) Disable(ctx context.Context, id int64) (store.WebhookEndpoint,
 // it for grace, so the receiver can switch without refusing anything.
 func (s *Service) Rotate(ctx context.Context, id int64, grace time.Duration) (store.WebhookEndpoint, error) {
 	if grace < 0 || grace > MaxRotationGrace {
-		return store.WebhookEndpoint{}, fmt.Errorf("%w: grace period %v outside 0..%v", ErrInvalid, grace, MaxRotationGrace)
+		return store.WebhookEndpoint{}, errcode.Invalid("grace_seconds", fmt.Sprintf("%v is outside 0..%v", grace, MaxRotationGrace))
 	}
 	sec, err := stdwebhook.NewSecret()
 	if err != nil {
@@ -136,7 +141,7 @@ func (s *Service) Rotate(ctx context.Context, id int64, grace time.Duration) (st
 // resumes where it stopped.
 func (s *Service) Replay(ctx context.Context, id, fromID int64) (store.WebhookEndpoint, error) {
 	if fromID < 0 {
-		return store.WebhookEndpoint{}, fmt.Errorf("%w: from_id %d is negative", ErrInvalid, fromID)
+		return store.WebhookEndpoint{}, errcode.Invalid("from_id", "must be an event id or 0 (resume at the cursor)")
 	}
 	ep, err := s.st.GetWebhookEndpoint(ctx, id)
 	if err != nil {
