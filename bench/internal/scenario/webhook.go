@@ -135,8 +135,8 @@ func (h *hookSink) account(ctx context.Context, res *Result, acked []int64, wind
 	if span := last.Sub(first); span > 0 {
 		res.add("webhook delivery rate (distinct message.sent /s while posting)", float64(distinct)/span.Seconds(), "msg/s")
 	}
-	res.note("webhook endpoint: message.sent only, signature checked on every request; events are read %s after their commit (logic.webhook.settle), one POST at a time; the window lasted %.1f s",
-		"10 s", window.Seconds())
+	res.note("webhook endpoint: message.sent only, signature checked on every request; events are read logic.webhook.settle after their commit, one POST at a time; the window lasted %.1f s",
+		window.Seconds())
 	ok := left == 0 && h.bad.Load() == 0
 	if !ok {
 		res.note("FAIL: %d acked messages never reached the webhook endpoint, %d requests failed the signature check", left, h.bad.Load())

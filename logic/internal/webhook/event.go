@@ -18,11 +18,10 @@ const EventTest = "webhook.test"
 
 // item is one event due to an endpoint, in the order of its id.
 type item struct {
-	id             int64
-	webhookID      string
-	typ            string
-	conversationID int64
-	body           []byte
+	id        int64
+	webhookID string
+	typ       string
+	body      []byte
 }
 
 // envelope is the JSON body of every POST (the Standard Webhooks shape).
@@ -69,19 +68,19 @@ func messageItem(m store.WebhookMessage) (item, error) {
 	if err != nil {
 		return item{}, err
 	}
-	return newItem(m.ID, "msg_", EventMessageSent, m.ConversationID, m.CreatedAt, data)
+	return newItem(m.ID, "msg_", EventMessageSent, m.CreatedAt, data)
 }
 
 func eventItem(e store.WebhookEvent) (item, error) {
-	return newItem(e.ID, "evt_", e.Type, e.ConversationID, e.CreatedAt, e.Data)
+	return newItem(e.ID, "evt_", e.Type, e.CreatedAt, e.Data)
 }
 
-func newItem(id int64, prefix, typ string, conversationID int64, at time.Time, data []byte) (item, error) {
+func newItem(id int64, prefix, typ string, at time.Time, data []byte) (item, error) {
 	body, err := json.Marshal(envelope{Type: typ, Timestamp: at.UTC(), Data: data})
 	if err != nil {
 		return item{}, fmt.Errorf("webhook: event %d: %w", id, err)
 	}
-	return item{id: id, webhookID: prefix + strconv.FormatInt(id, 10), typ: typ, conversationID: conversationID, body: body}, nil
+	return item{id: id, webhookID: prefix + strconv.FormatInt(id, 10), typ: typ, body: body}, nil
 }
 
 // merge returns the messages and events in id order, up to the highest

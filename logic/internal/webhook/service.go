@@ -175,7 +175,7 @@ func (s *Service) SendTest(ctx context.Context, id int64) (TestResult, error) {
 		return TestResult{}, err
 	}
 	now := time.Now()
-	it, err := newItem(now.UnixNano(), "test_", EventTest, 0, now, []byte(`{"endpoint_id":"`+strconv.FormatInt(id, 10)+`"}`))
+	it, err := newItem(now.UnixNano(), "test_", EventTest, now, []byte(`{"endpoint_id":"`+strconv.FormatInt(id, 10)+`"}`))
 	if err != nil {
 		return TestResult{}, err
 	}
