@@ -937,6 +937,20 @@ func (b BeforeSend) Validate() error {
 }
 
 // validateWebhook checks logic.webhook.
+// ClientMsgIDWindow is how old a client-supplied msg_id may be and still
+// be kept: logic.msg_id_window, and with webhooks on at most
+// logic.webhook.settle less logic.request_timeout. The webhook dispatcher
+// reads past an id once it is settle old; a send commits within a
+// request's life of being accepted, so a kept id is committed before the
+// dispatcher reaches it. An older id is replaced, as any unusable client
+// id is (docs/decisions.md 14, 93).
+func (l Logic) ClientMsgIDWindow() time.Duration {
+	if !l.Webhook.Enabled {
+		return l.MsgIDWindow
+	}
+	return min(l.MsgIDWindow, l.Webhook.Settle-l.RequestTimeout)
+}
+
 func (l Logic) validateWebhook() error {
 	w := l.Webhook
 	var errs []error

@@ -374,3 +374,26 @@ func TestLoadBeforeSend(t *testing.T) {
 		}
 	})
 }
+
+func TestClientMsgIDWindowLeavesTheWebhookTailRoomToSeeTheCommit(t *testing.T) {
+	tests := []struct {
+		name     string
+		webhooks bool
+		window   time.Duration
+		want     time.Duration
+	}{
+		{"webhooks off: the configured window", false, 5 * time.Minute, 5 * time.Minute},
+		{"webhooks on: settle less the request timeout", true, 5 * time.Minute, 10*time.Second - 8*time.Second},
+		{"webhooks on: a window already shorter stays", true, time.Second, time.Second},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := Default().Logic
+			l.Webhook.Enabled, l.MsgIDWindow = tt.webhooks, tt.window
+			l.Webhook.Settle, l.RequestTimeout = 10*time.Second, 8*time.Second
+			if got := l.ClientMsgIDWindow(); got != tt.want {
+				t.Fatalf("ClientMsgIDWindow() = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -28,7 +28,8 @@ type IDs interface {
 
 // Config tunes the send path.
 type Config struct {
-	// MsgIDWindow is how far from now a client msg_id may have been issued.
+	// MsgIDWindow is how far from now a client msg_id may have been issued
+	// (config.Logic.ClientMsgIDWindow).
 	MsgIDWindow time.Duration
 	// EnqueueRetries is the number of XADD attempts.
 	EnqueueRetries int
@@ -60,7 +61,7 @@ type Config struct {
 // (Conversations and BeforeSend left nil).
 func ConfigFrom(c *config.Config) Config {
 	return Config{
-		MsgIDWindow: c.Logic.MsgIDWindow, EnqueueRetries: c.Logic.EnqueueRetries, Partitions: c.Queue.Partitions,
+		MsgIDWindow: c.Logic.ClientMsgIDWindow(), EnqueueRetries: c.Logic.EnqueueRetries, Partitions: c.Queue.Partitions,
 		RecallWindow: c.Logic.RecallWindow, MaxFrameSize: c.Logic.MaxFrameSize,
 		CommitWorkers: c.Logic.CommitWorkers, CommitBatch: c.Logic.CommitBatch,
 	}

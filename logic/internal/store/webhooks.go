@@ -131,6 +131,29 @@ WHERE m.id > ? AND m.id <= ? ORDER BY m.id LIMIT ?`, after, upTo, limit)
 	return out, nil
 }
 
+// OldestStatementAge is how long the longest statement now running on
+// this database (on another connection) has been running, by the
+// server's clock, rounded up to the next second (zero when none runs).
+// A send's or an event's transaction takes its id just before the
+// request that commits it, so the webhook tail, kept that much further
+// back, waits for a commit that stalls in MySQL past
+// logic.webhook.settle instead of passing over its id. It reads the
+// process list, which is built on every read and shows the threads of
+// the same user without any privilege (INNODB_TRX, by contrast, is a
+// cache that frequent readers keep from refreshing).
+func (s *Store) OldestStatementAge(ctx context.Context) (time.Duration, error) {
+	var secs sql.NullInt64
+	err := s.db.GetContext(ctx, &secs, `SELECT MAX(TIME) FROM information_schema.PROCESSLIST
+WHERE DB = DATABASE() AND COMMAND = 'Query' AND ID <> CONNECTION_ID()`)
+	if err != nil {
+		return 0, fmt.Errorf("store: oldest running statement: %w", err)
+	}
+	if !secs.Valid || secs.Int64 < 0 {
+		return 0, nil
+	}
+	return time.Duration(secs.Int64+1) * time.Second, nil
+}
+
 // WebhookEventsAfter returns the recorded events with after < id <= upTo
 // in id order, at most limit.
 func (s *Store) WebhookEventsAfter(ctx context.Context, after, upTo int64, limit int) ([]WebhookEvent, error) {

@@ -1,12 +1,14 @@
 package store_test
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"testing"
 	"time"
 
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/pkg/msgid"
 )
 
@@ -105,5 +107,41 @@ func TestWebhookEndpointCursorIsConditional(t *testing.T) {
 	ep, _ = e.st.GetWebhookEndpoint(ctx, ep.ID)
 	if ep.OldSecret != "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw" || ep.Secret != "whsec_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA" || ep.OldSecretUntil == (sql.NullTime{}) {
 		t.Fatalf("after rotation: %+v", ep)
+	}
+}
+
+// OldestStatementAge sees a statement running on this database on
+// another connection for as long as it runs, and nothing once it ended.
+func TestOldestStatementAgeSeesALongRunningStatement(t *testing.T) {
+	_, db := testenv.MySQL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := store.New(db)
+	age := func() time.Duration {
+		t.Helper()
+		a, err := st.OldestStatementAge(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	if a := age(); a != 0 {
+		t.Fatalf("age %v with nothing running, want 0", a)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := db.ExecContext(ctx, "SELECT SLEEP(2.5)")
+		done <- err
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	// TIME has whole seconds, rounded up: at least 2 s after 1.5 s.
+	if a := age(); a < 2*time.Second || a > 10*time.Second {
+		t.Errorf("age %v of a statement running for 1.5 s, want 2 s to 10 s", a)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if a := age(); a != 0 {
+		t.Errorf("age %v once the statement ended, want 0", a)
 	}
 }

@@ -212,7 +212,17 @@ func (d *Dispatcher) step(ctx context.Context, l *lease.Lease, id int64) (time.D
 		// Re-read at least every poll, so a replay or a disable is seen.
 		return min(ep.NextAttemptAt.Time.Sub(now), d.cfg.PollInterval), false, nil
 	}
-	bound := msgid.MaxAt(now.Add(-d.cfg.Settle))
+	if msgid.MaxAt(now.Add(-d.cfg.Settle)) <= ep.CursorID {
+		return d.cfg.PollInterval, false, nil
+	}
+	// Behind the settle bound and behind every statement still running:
+	// a commit stalled in MySQL past the settle bound is waited for,
+	// never passed over.
+	age, err := d.st.OldestStatementAge(ctx)
+	if err != nil {
+		return 0, false, err
+	}
+	bound := msgid.MaxAt(now.Add(-d.cfg.Settle - age))
 	if bound <= ep.CursorID {
 		return d.cfg.PollInterval, false, nil
 	}
