@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"reflect"
+	"regexp"
 	"strings"
 	"time"
 
@@ -293,6 +294,24 @@ type Logic struct {
 	// Webhook is the signed, durable event callbacks to business servers
 	// (docs/webhooks.md).
 	Webhook Webhook `mapstructure:"webhook"`
+	// Upstream is the client-to-business-service path (UPSTREAM, 22):
+	// which services exist and how their queue is read
+	// (docs/decisions.md 94).
+	Upstream Upstream `mapstructure:"upstream"`
+}
+
+// Upstream configures logic.upstream.
+type Upstream struct {
+	// Services are the business service names a client may address; a
+	// frame for any other is refused 40401. Empty: UPSTREAM is refused.
+	Services []string `mapstructure:"services"`
+	// MaxBody bounds an UPSTREAM body in bytes (41301 beyond).
+	MaxBody int `mapstructure:"max_body"`
+	// Visibility is how long items handed to a puller stay hidden from
+	// the next pull; unacknowledged by then, they are handed out again.
+	Visibility time.Duration `mapstructure:"visibility"`
+	// MaxWait bounds how long a pull waits for an item (long poll).
+	MaxWait time.Duration `mapstructure:"max_wait"`
 }
 
 // Webhook configures logic.webhook: which events are recorded, the
@@ -634,6 +653,10 @@ func Default() *Config {
 				RetryFor:         72 * time.Hour,
 				LeaseTTL:         10 * time.Second,
 			},
+			Upstream: Upstream{
+				Services: []string{}, MaxBody: 16 << 10,
+				Visibility: 30 * time.Second, MaxWait: 30 * time.Second,
+			},
 		},
 		Deliver: Deliver{
 			ID:        "deliver-1",
@@ -882,7 +905,7 @@ func (l Logic) Validate() error {
 	if l.SystemUserID < 1 {
 		errs = append(errs, errors.New("config: logic.system_user_id must be a positive user id"))
 	}
-	errs = append(errs, l.validateWebhook())
+	errs = append(errs, l.validateWebhook(), l.validateUpstream())
 	errs = positive(errs, intKey{"logic.enqueue_retries", l.EnqueueRetries})
 	errs = positive(errs,
 		durKey{"logic.token_ttl", l.TokenTTL},
@@ -982,6 +1005,35 @@ func (l Logic) validateWebhook() error {
 				errs = append(errs, fmt.Errorf("config: logic.webhook.urls entry %q: want an http or https URL", u))
 			}
 		}
+	}
+	return errors.Join(errs...)
+}
+
+// upstreamService is what a logic.upstream.services name may be: short
+// enough that its event type, "upstream." and the name, fits
+// t_webhook_events.event_type (32).
+var upstreamService = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,22}$`)
+
+// validateUpstream checks logic.upstream.
+func (l Logic) validateUpstream() error {
+	u := l.Upstream
+	var errs []error
+	errs = positive(errs, intKey{"logic.upstream.max_body", u.MaxBody})
+	errs = positive(errs, durKey{"logic.upstream.visibility", u.Visibility}, durKey{"logic.upstream.max_wait", u.MaxWait})
+	if u.MaxBody > l.MaxFrameSize/2 {
+		// The body travels JSON-escaped inside a frame of at most
+		// max_frame_size; half leaves room for escaping and the envelope.
+		errs = append(errs, fmt.Errorf("config: logic.upstream.max_body (%d) must be at most half of logic.max_frame_size (%d)", u.MaxBody, l.MaxFrameSize))
+	}
+	seen := map[string]bool{}
+	for _, s := range u.Services {
+		if !upstreamService.MatchString(s) {
+			errs = append(errs, fmt.Errorf("config: logic.upstream.services entry %q: want 1-23 of a-z, 0-9, _ and -, starting with a letter or digit", s))
+		}
+		if seen[s] {
+			errs = append(errs, fmt.Errorf("config: logic.upstream.services names %q twice", s))
+		}
+		seen[s] = true
 	}
 	return errors.Join(errs...)
 }

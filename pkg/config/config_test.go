@@ -397,3 +397,38 @@ func TestClientMsgIDWindowLeavesTheWebhookTailRoomToSeeTheCommit(t *testing.T) {
 		})
 	}
 }
+
+// logic.upstream: service names from the environment are taken; a name
+// that is not 1-23 of a-z 0-9 _ -, a name given twice, a body bound of 0
+// or over half the frame limit and a zero visibility or wait are refused
+// at load.
+func TestLoadUpstream(t *testing.T) {
+	t.Setenv("IM_LOGIC_UPSTREAM_SERVICES", "orders,chat-bot")
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := c.Logic.Upstream; len(u.Services) != 2 || u.Services[1] != "chat-bot" || u.MaxBody != 16<<10 {
+		t.Fatalf("upstream = %+v", u)
+	}
+	refused := []struct {
+		name, key, value string
+	}{
+		{"upper-case name", "IM_LOGIC_UPSTREAM_SERVICES", "Orders"},
+		{"name with a dot", "IM_LOGIC_UPSTREAM_SERVICES", "orders.v2"},
+		{"name of 24 bytes", "IM_LOGIC_UPSTREAM_SERVICES", "abcdefghijklmnopqrstuvwx"},
+		{"a name twice", "IM_LOGIC_UPSTREAM_SERVICES", "orders,orders"},
+		{"max_body 0", "IM_LOGIC_UPSTREAM_MAX_BODY", "0"},
+		{"max_body over half a frame", "IM_LOGIC_UPSTREAM_MAX_BODY", "32769"},
+		{"visibility 0", "IM_LOGIC_UPSTREAM_VISIBILITY", "0s"},
+		{"max_wait 0", "IM_LOGIC_UPSTREAM_MAX_WAIT", "0s"},
+	}
+	for _, tt := range refused {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(tt.key, tt.value)
+			if _, err := Load(""); err == nil {
+				t.Fatalf("%s=%s accepted", tt.key, tt.value)
+			}
+		})
+	}
+}

@@ -30,6 +30,7 @@ var zeroByDesign = map[string]bool{
 	"logic.api_keys":                true,
 	"logic.before_send.url":         true, // the hook is off until the operator names one
 	"logic.before_send.secret":      true,
+	"logic.upstream.services":       true, // UPSTREAM is refused until the operator names a service
 	"deliver.redis.addrs":           true,
 	"deliver.redis.cluster":         true,
 	"deliver.redis.password":        true,

@@ -46,10 +46,15 @@ const (
 	// removes its offline-push token, and the user reads or sets the
 	// notification preview, `{"op", …}` (PushRequest; the PushOp* ops).
 	CmdPushSettings uint16 = 21
+	// CmdUpstream (ours, request): a frame for a named business service,
+	// `{"service","body","upstream_id"?}` (UpstreamRequest), answered
+	// `{"id","duplicate"}` once it is durably queued for the service to
+	// pull or receive as a webhook.
+	CmdUpstream uint16 = 22
 )
 
 // MaxKnownCommand is the highest command number the server understands.
-const MaxKnownCommand = CmdPushSettings
+const MaxKnownCommand = CmdUpstream
 
 // Conversation types.
 const (

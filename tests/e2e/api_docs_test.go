@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sparkim/spark/client"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 	"github.com/sparkim/spark/tests/framework"
 )
@@ -25,10 +26,22 @@ const (
 	docsAPIKey    = "dev-api-key"
 )
 
-// docsWebhookEnv is deploy/dev/im.yaml's webhook section, which the
-// examples' endpoint calls need: webhooks on, and the loopback URL of
-// docs/api.md allowed.
-var docsWebhookEnv = []string{"IM_LOGIC_WEBHOOK_ENABLED=true", "IM_LOGIC_WEBHOOK_ALLOW_PRIVATE_URLS=true"}
+// docsWebhookEnv is deploy/dev/im.yaml's webhook and upstream sections,
+// which the examples' endpoint and upstream calls need: webhooks on, the
+// loopback URL of docs/api.md allowed, and the service orders.
+var docsWebhookEnv = []string{"IM_LOGIC_WEBHOOK_ENABLED=true", "IM_LOGIC_WEBHOOK_ALLOW_PRIVATE_URLS=true", "IM_LOGIC_UPSTREAM_SERVICES=orders"}
+
+// sendDocsUpstream has the docs' device send the frame that docs/api.md's
+// PullUpstream example pulls (and its AckUpstream acknowledges), before
+// the slow setup so it has settled by then.
+func sendDocsUpstream(t *testing.T, conn *client.Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := conn.Upstream(ctx, "orders", `{"op":"cancel","order":42}`, "docs-1"); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // installGrpcurl installs the pinned grpcurl into a temporary GOBIN with
 // `go install` and returns its path. A failure fails the test: docs that
@@ -100,11 +113,12 @@ func TestAPIDocsGrpcurlExamples(t *testing.T) {
 	if !strings.Contains(all, docsLogicAddr) || !strings.Contains(all, docsAPIKey) {
 		t.Fatalf("docs/api.md examples do not use %s and %s", docsLogicAddr, docsAPIKey)
 	}
-	grpcurl := installGrpcurl(t)
 	c := framework.NewCluster(t, framework.Options{Gates: 1, LogicEnv: docsWebhookEnv})
 	// A device online, so presence, pushes and the revocation have
 	// someone to reach.
 	conn := c.Login(t, 0, 1001, "phone")
+	sendDocsUpstream(t, conn)
+	grpcurl := installGrpcurl(t)
 
 	out := runDocBlocks(t, "grpcurl", blocks, docsLogicAddr, c.Logics[0].GRPCAddr, "",
 		append(os.Environ(), "PATH="+filepath.Dir(grpcurl)+string(os.PathListSeparator)+os.Getenv("PATH")))

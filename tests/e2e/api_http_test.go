@@ -205,6 +205,7 @@ func TestAPIDocsCurlExamples(t *testing.T) {
 	}
 	c := framework.NewCluster(t, framework.Options{Gates: 1, LogicEnv: docsWebhookEnv})
 	conn := c.Login(t, 0, 1001, "phone")
+	sendDocsUpstream(t, conn)
 
 	out := runDocBlocks(t, "curl", blocks, docsHTTPAddr, c.Logics[0].HTTPAddr, "echo\n", os.Environ())
 	t.Logf("docs/api.md curl examples:\n%s", out)

@@ -15,6 +15,7 @@
 //
 //	imcli -config deploy/dev/im.yaml -user 1001 [-device cli-1001] [-gate 127.0.0.1:8100,127.0.0.1:8101]
 //	imcli -config deploy/dev/im.yaml -user 1001 -send-to 1002 -text hi
+//	imcli -config deploy/dev/im.yaml -user 1001 -upstream orders -text '{"op":"cancel"}'
 //	imcli -user 1001 -api 127.0.0.1:9000 -api-key dev-api-key
 package main
 
@@ -55,11 +56,11 @@ import (
 const firstConnectTimeout = 20 * time.Second
 
 type flags struct {
-	config, gate, device, api, apiKey, text, state string
-	user, sendTo                                   int64
-	ttl                                            time.Duration
-	missed                                         int
-	reconnect, resetState                          bool
+	config, gate, device, api, apiKey, text, state, upstream string
+	user, sendTo                                             int64
+	ttl                                                      time.Duration
+	missed                                                   int
+	reconnect, resetState                                    bool
 }
 
 const helpText = `commands:
@@ -79,6 +80,7 @@ const helpText = `commands:
   /group-add <gid> <uid,...>          add members (owner and admins)
   /group-leave <gid>      leave a group
   /group-members <gid>    a group's members and roles
+  /upstream <service> <body>          send body to a business service (UPSTREAM)
   /help                   this text
   /quit                   exit (so does end of input)`
 
@@ -91,7 +93,8 @@ func main() {
 	flag.StringVar(&f.api, "api", "", "logic gRPC address: get the token from Api/IssueToken instead of minting it")
 	flag.StringVar(&f.apiKey, "api-key", "", "API key for -api")
 	flag.Int64Var(&f.sendTo, "send-to", 0, "send one message to this user and exit (no sync)")
-	flag.StringVar(&f.text, "text", "", "text of the -send-to message")
+	flag.StringVar(&f.text, "text", "", "text of the -send-to message, or body of the -upstream frame")
+	flag.StringVar(&f.upstream, "upstream", "", "send one UPSTREAM frame with body -text to this business service and exit (no sync)")
 	flag.DurationVar(&f.ttl, "ttl", 24*time.Hour, "lifetime of a minted token")
 	flag.StringVar(&f.state, "state", "", "sync state file (default <user config dir>/spark-imcli/<user>-<device>.json)")
 	flag.BoolVar(&f.resetState, "reset-state", false, "forget the saved sync state and sync as a fresh device")
@@ -127,7 +130,7 @@ func run(ctx context.Context, f flags) error {
 		return errors.New("no gate address (-gate or gate.tcp_addr of the config)")
 	}
 	a := &app{f: f, cfg: cfg, out: os.Stdout, sent: map[int64]bool{}}
-	if f.sendTo != 0 {
+	if f.sendTo != 0 || f.upstream != "" {
 		sess, err := a.startSession(ctx, gates)
 		if err != nil {
 			return err
@@ -137,8 +140,12 @@ func run(ctx context.Context, f flags) error {
 			for range sess.Pushes() { // the session needs its pushes read
 			}
 		}()
-		if _, err := a.firstConn(ctx, sess, gates); err != nil {
+		conn, err := a.firstConn(ctx, sess, gates)
+		if err != nil {
 			return err
+		}
+		if f.upstream != "" {
+			return a.upstream(ctx, conn, f.upstream, f.text)
 		}
 		_, err = a.send(ctx, sess, f.sendTo, f.text)
 		return err
@@ -697,6 +704,16 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 			return false
 		}
 		a.groupMembers(ctx, conn, gid)
+	case "/upstream":
+		_, rest, _ := strings.Cut(line, " ")
+		service, body, found := strings.Cut(strings.TrimSpace(rest), " ")
+		if !found || service == "" {
+			a.errorf("usage: /upstream <service> <body>")
+			return false
+		}
+		if err := a.upstream(ctx, conn, service, body); err != nil {
+			a.errorf("%v", err)
+		}
 	default:
 		if strings.HasPrefix(fields[0], "/") {
 			a.errorf("unknown command %s\n%s", fields[0], helpText)
@@ -730,6 +747,18 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 		}
 	}
 	return false
+}
+
+// upstream sends one UPSTREAM frame (with a fresh upstream_id, so a
+// retry by hand of the same line is not deduplicated) and prints the
+// queued id.
+func (a *app) upstream(ctx context.Context, conn *client.Conn, service, body string) error {
+	r, err := conn.Upstream(ctx, service, body, client.NewClientMsgID())
+	if err != nil {
+		return err
+	}
+	a.printf("upstream %s queued: id %d\n", service, r.ID.Int64())
+	return nil
 }
 
 func (a *app) list() {

@@ -6,7 +6,7 @@
 // service, converts the result back, and maps *errcode.Error codes onto
 // gRPC status codes (errors.go). No business rule lives here, so the two
 // doors cannot disagree. One file per concern: users, tokens, relations,
-// groups, messages, push, push tokens, presence.
+// groups, messages, push, push tokens, presence, webhooks, upstream.
 package api
 
 import (
@@ -22,6 +22,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/logic/internal/user"
 	"github.com/sparkim/spark/logic/internal/webhook"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
@@ -50,6 +51,8 @@ type Services struct {
 	// Webhooks manages webhook endpoints; nil while logic.webhook.enabled
 	// is off.
 	Webhooks *webhook.Service
+	// Upstream hands the devices' UPSTREAM frames to pulling services.
+	Upstream *upstream.Service
 }
 
 // Config is what the API needs from logic's configuration.
@@ -76,6 +79,7 @@ type Server struct {
 	online    *online.Service
 	push      *push.Tokens
 	hooks     *webhook.Service
+	upstream  *upstream.Service
 	notifier  Notifier
 	cfg       Config
 	log       *zap.Logger
@@ -89,7 +93,7 @@ func New(svc Services, cfg Config, notifier Notifier, log *zap.Logger) *Server {
 	}
 	return &Server{
 		store: svc.Store, users: svc.Users, relations: svc.Relations, groups: svc.Groups,
-		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online, push: svc.Push, hooks: svc.Webhooks,
+		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online, push: svc.Push, hooks: svc.Webhooks, upstream: svc.Upstream,
 		notifier: notifier, cfg: cfg, log: log,
 	}
 }

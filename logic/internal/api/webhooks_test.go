@@ -23,7 +23,7 @@ func TestWebhookCallsRefuseBadInput(t *testing.T) {
 	_, db := testenv.MySQL(t)
 	st := store.New(db)
 	ctx := context.Background()
-	on := api.New(api.Services{Store: st, Webhooks: webhook.NewService(st, config.Default().Logic.Webhook)}, api.Config{}, nil, nil)
+	on := api.New(api.Services{Store: st, Webhooks: webhook.NewService(st, config.Default().Logic.Webhook, []string{"orders"})}, api.Config{}, nil, nil)
 	off := api.New(api.Services{Store: st}, api.Config{}, nil, nil)
 	create := func(srv *api.Server, url string, events ...string) error {
 		_, err := srv.CreateWebhookEndpoint(ctx, &logicv1.CreateWebhookEndpointRequest{Url: url, Events: events})
@@ -43,6 +43,7 @@ func TestWebhookCallsRefuseBadInput(t *testing.T) {
 		{"localhost", func() error { return create(on, "http://localhost/hook") }, codes.InvalidArgument, "url: endpoint address is not public"},
 		{"not http", func() error { return create(on, "ftp://8.8.8.8/hook") }, codes.InvalidArgument, "url: url \"ftp://8.8.8.8/hook\": want http"},
 		{"unknown event type", func() error { return create(on, "https://8.8.8.8/hook", "message.sent", "message.edited") }, codes.InvalidArgument, "events: unknown event type \"message.edited\""},
+		{"upstream type of an unconfigured service", func() error { return create(on, "https://8.8.8.8/hook", "upstream.billing") }, codes.InvalidArgument, "events: unknown event type \"upstream.billing\""},
 		{"disable unknown", func() error {
 			_, err := on.DisableWebhookEndpoint(ctx, &logicv1.WebhookEndpointRef{EndpointId: 987654})
 			return err

@@ -7,6 +7,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
+	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -106,6 +107,21 @@ var commands = map[uint32]command{
 	uint32(protocol.CmdPushSettings): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
 		return h.pushSettings(c.ctx, c.req.Session.UserId, c.req.Session.DeviceId, c.req.Body)
 	}},
+	// A device's upstream frames share its send budget: they are writes
+	// of the same weight.
+	uint32(protocol.CmdUpstream): {class: ratelimit.Send, limited: true, serve: decoded(invalidJSON, false,
+		func(h *Handler, c *call, r protocol.UpstreamRequest) (any, error) {
+			if h.Upstream == nil {
+				return nil, errcode.New(errcode.Internal, "upstream is not configured")
+			}
+			s := c.req.Session
+			q, err := h.Upstream.Queue(c.ctx, upstream.Frame{UserID: s.UserId, DeviceID: s.DeviceId,
+				Service: r.Service, Body: r.Body, UpstreamID: r.UpstreamID})
+			if err != nil {
+				return nil, err
+			}
+			return protocol.UpstreamReply{ID: jsonid.ID(q.ID), Duplicate: q.Duplicate}, nil
+		})},
 }
 
 // The 40001 messages of a body that does not decode.

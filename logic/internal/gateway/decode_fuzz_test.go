@@ -26,6 +26,8 @@ func FuzzDecodeBodies(f *testing.F) {
 		`{"op":"mute_member","group_id":"1","user_id":2,"until":-1}`,
 		`{"op":"register","platform":"apns","token":"a1b2","topic":"com.x","sandbox":true}`,
 		`{"op":"preview","preview":"none"}`,
+		`{"service":"orders","body":"{\"op\":1}","upstream_id":"u-1"}`,
+		`{"service":"orders","body":5}`,
 		`{"user_id":"x"}`, `{"limit":1e400}`, `{"member_ids":{}}`, `[]`, `null`, ``, `{`, "\xff",
 	} {
 		f.Add([]byte(seed))
@@ -44,6 +46,7 @@ func FuzzDecodeBodies(f *testing.F) {
 		{"relation", func() any { return new(protocol.RelationRequest) }},
 		{"group", func() any { return new(protocol.GroupRequest) }},
 		{"push settings", func() any { return new(protocol.PushRequest) }},
+		{"upstream", func() any { return new(protocol.UpstreamRequest) }},
 	}
 	check := func(t *testing.T, name, how string, v any, err error) {
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/relation"
+	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -47,6 +48,9 @@ type Handler struct {
 	// Unacked queues the offline notifications of the MESSAGE pushes a
 	// closed connection never acknowledged (nil: push is off).
 	Unacked *push.Unacked
+	// Upstream queues UPSTREAM (22) frames for business services (nil
+	// answers it 50001).
+	Upstream *upstream.Service
 	// Notifier is told about every RELATION and GROUP change that Changed
 	// something (notify.After*, as the business API does); nil leaves the
 	// changes to sync.

@@ -40,6 +40,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/logic/internal/user"
 	"github.com/sparkim/spark/logic/internal/webhook"
 	"github.com/sparkim/spark/pkg/admin"
@@ -214,7 +215,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	wc := lc.Webhook
 	var hooks *webhook.Service
 	if wc.Enabled {
-		hooks = webhook.NewService(st, wc)
+		hooks = webhook.NewService(st, wc, lc.Upstream.Services)
 		st.RecordWebhookEvents(ids.Next)
 		if err := awaitDep(ctx, log, "webhook endpoints of logic.webhook.urls", func(ctx context.Context) error {
 			err := hooks.EnsureConfigEndpoints(ctx)
@@ -226,6 +227,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 			return err
 		}
 	}
+	upstreams := upstream.New(st, ids, lc.Upstream, wc)
 	gates := gatepush.NewRegistry(rdb, log)
 	clients := gatepush.NewClients(cfg.Cluster.Secret)
 	defer clients.Close()
@@ -290,7 +292,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
-		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens, Unacked: unacked,
+		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens, Unacked: unacked, Upstream: upstreams,
 		Limits: limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
 	}, gates, log)
 	if err != nil {
@@ -310,7 +312,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	adm.Handle("/gates", api.GatesHandler(onlineSvc))
 	logicv1.RegisterApiServer(gs, api.New(api.Services{
 		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
-		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens, Webhooks: hooks,
+		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens, Webhooks: hooks, Upstream: upstreams,
 	}, api.Config{JWTSecret: []byte(lc.JWTSecret), TokenTTL: lc.TokenTTL, SystemUserID: lc.SystemUserID},
 		notifier, log))
 	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))

@@ -33,6 +33,9 @@ const (
 	EventBlockRemoved        = "block.removed"
 	EventUserOnline          = "user.online"
 	EventUserOffline         = "user.offline"
+	// EventUpstreamPrefix starts the type of a device's UPSTREAM frame:
+	// "upstream.<service>" (logic/internal/upstream).
+	EventUpstreamPrefix = "upstream."
 )
 
 // WebhookEvent is a t_webhook_events row.

@@ -212,17 +212,10 @@ func (d *Dispatcher) step(ctx context.Context, l *lease.Lease, id int64) (time.D
 		// Re-read at least every poll, so a replay or a disable is seen.
 		return min(ep.NextAttemptAt.Time.Sub(now), d.cfg.PollInterval), false, nil
 	}
-	if msgid.MaxAt(now.Add(-d.cfg.Settle)) <= ep.CursorID {
-		return d.cfg.PollInterval, false, nil
-	}
-	// Behind the settle bound and behind every statement still running:
-	// a commit stalled in MySQL past the settle bound is waited for,
-	// never passed over.
-	age, err := d.st.OldestStatementAge(ctx)
+	bound, err := ReadBound(ctx, d.st, d.cfg.Settle, now, ep.CursorID)
 	if err != nil {
 		return 0, false, err
 	}
-	bound := msgid.MaxAt(now.Add(-d.cfg.Settle - age))
 	if bound <= ep.CursorID {
 		return d.cfg.PollInterval, false, nil
 	}
@@ -290,6 +283,23 @@ func (d *Dispatcher) step(ctx context.Context, l *lease.Lease, id int64) (time.D
 		return d.cfg.PollInterval, false, nil
 	}
 	return 0, false, nil
+}
+
+// ReadBound is the highest id a reader of t_messages or t_webhook_events
+// may read up to at now: behind the settle bound and behind every
+// statement still running, so a commit stalled in MySQL past the settle
+// bound is waited for, never passed over (decision 93). A reader whose
+// cursor is at or past the settle bound gets it back without asking
+// MySQL. The upstream pull reads by the same rule.
+func ReadBound(ctx context.Context, st *store.Store, settle time.Duration, now time.Time, cursor int64) (int64, error) {
+	if msgid.MaxAt(now.Add(-settle)) <= cursor {
+		return cursor, nil
+	}
+	age, err := st.OldestStatementAge(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return msgid.MaxAt(now.Add(-settle - age)), nil
 }
 
 // advance stores the cursor when it moved, clearing the retry state of
@@ -388,7 +398,8 @@ func signingSecrets(ep store.WebhookEndpoint, now time.Time) ([]stdwebhook.Secre
 }
 
 // subscription is the set of event types an endpoint receives; empty
-// means all.
+// means all but the upstream ones: a device's frame for a service goes
+// only to an endpoint that names the service's type.
 type subscription []string
 
 func subscriptions(events string) subscription {
@@ -398,7 +409,12 @@ func subscriptions(events string) subscription {
 	return strings.Split(events, ",")
 }
 
-func (s subscription) has(typ string) bool { return len(s) == 0 || slices.Contains(s, typ) }
+func (s subscription) has(typ string) bool {
+	if len(s) == 0 {
+		return !strings.HasPrefix(typ, store.EventUpstreamPrefix)
+	}
+	return slices.Contains(s, typ)
+}
 
 // hasOtherThan reports whether s takes any type but typ.
 func (s subscription) hasOtherThan(typ string) bool {

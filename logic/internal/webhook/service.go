@@ -44,13 +44,16 @@ const MaxRotationGrace = 7 * 24 * time.Hour
 type Service struct {
 	st       *store.Store
 	cfg      config.Webhook
+	upstream []string
 	client   *http.Client
 	resolver *net.Resolver
 }
 
-// NewService builds the endpoint manager.
-func NewService(st *store.Store, cfg config.Webhook) *Service {
-	return &Service{st: st, cfg: cfg, client: NewHTTPClient(cfg), resolver: net.DefaultResolver}
+// NewService builds the endpoint manager. An endpoint may also subscribe
+// to "upstream.<service>" for each of upstreamServices
+// (logic.upstream.services).
+func NewService(st *store.Store, cfg config.Webhook, upstreamServices []string) *Service {
+	return &Service{st: st, cfg: cfg, upstream: upstreamServices, client: NewHTTPClient(cfg), resolver: net.DefaultResolver}
 }
 
 // EnsureConfigEndpoints creates the endpoints of logic.webhook.urls that
@@ -83,6 +86,10 @@ func (s *Service) ensureConfigEndpoints(ctx context.Context) error {
 
 func (s *Service) check(ctx context.Context, url string, events []string) error {
 	for _, e := range events {
+		up, isUp := strings.CutPrefix(e, store.EventUpstreamPrefix)
+		if isUp && slices.Contains(s.upstream, up) {
+			continue
+		}
 		if !slices.Contains(EventTypes, e) {
 			return errcode.Invalid("events", fmt.Sprintf("unknown event type %q", e))
 		}

@@ -289,6 +289,12 @@ func TestSubscription(t *testing.T) {
 		{"message.sent,group.created", "group.created", true, true},
 		{"message.sent", "group.created", false, true},
 		{"group.created", "group.created", true, false},
+		// A device's upstream frames reach only an endpoint naming their
+		// service.
+		{"", "upstream.orders", false, true},
+		{"upstream.orders", "upstream.orders", true, false},
+		{"upstream.orders", "upstream.chat", false, true},
+		{"message.sent,upstream.orders", "upstream.orders", true, true},
 	}
 	for _, tt := range tests {
 		s := subscriptions(tt.events)

@@ -3887,6 +3887,311 @@ func (x *TestWebhookEndpointReply) GetError() string {
 	return ""
 }
 
+type PullUpstreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// service: a name of logic.upstream.services.
+	Service string `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// max_items per answer (0 or more than 500: 500).
+	MaxItems int32 `protobuf:"varint,2,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
+	// wait_ms: how long to wait for an item when none is due (at most
+	// logic.upstream.max_wait); 0 answers at once.
+	WaitMs        int64 `protobuf:"varint,3,opt,name=wait_ms,json=waitMs,proto3" json:"wait_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullUpstreamRequest) Reset() {
+	*x = PullUpstreamRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullUpstreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullUpstreamRequest) ProtoMessage() {}
+
+func (x *PullUpstreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullUpstreamRequest.ProtoReflect.Descriptor instead.
+func (*PullUpstreamRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *PullUpstreamRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *PullUpstreamRequest) GetMaxItems() int32 {
+	if x != nil {
+		return x.MaxItems
+	}
+	return 0
+}
+
+func (x *PullUpstreamRequest) GetWaitMs() int64 {
+	if x != nil {
+		return x.WaitMs
+	}
+	return 0
+}
+
+// UpstreamItem is one device frame for the service.
+type UpstreamItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// id orders the items and is what AckUpstream takes; a frame resent
+	// with the same upstream_id has the same id.
+	Id       int64  `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Service  string `protobuf:"bytes,2,opt,name=service,proto3" json:"service,omitempty"`
+	UserId   int64  `protobuf:"varint,3,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	DeviceId string `protobuf:"bytes,4,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	// upstream_id is the client's idempotency id ("" if it sent none).
+	UpstreamId string `protobuf:"bytes,5,opt,name=upstream_id,json=upstreamId,proto3" json:"upstream_id,omitempty"`
+	// body is the frame's body, as the device sent it.
+	Body string `protobuf:"bytes,6,opt,name=body,proto3" json:"body,omitempty"`
+	// received_at_ms: when logic queued it (Unix ms).
+	ReceivedAtMs  int64 `protobuf:"varint,7,opt,name=received_at_ms,json=receivedAtMs,proto3" json:"received_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpstreamItem) Reset() {
+	*x = UpstreamItem{}
+	mi := &file_logic_v1_api_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpstreamItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpstreamItem) ProtoMessage() {}
+
+func (x *UpstreamItem) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpstreamItem.ProtoReflect.Descriptor instead.
+func (*UpstreamItem) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *UpstreamItem) GetId() int64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *UpstreamItem) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *UpstreamItem) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *UpstreamItem) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *UpstreamItem) GetUpstreamId() string {
+	if x != nil {
+		return x.UpstreamId
+	}
+	return ""
+}
+
+func (x *UpstreamItem) GetBody() string {
+	if x != nil {
+		return x.Body
+	}
+	return ""
+}
+
+func (x *UpstreamItem) GetReceivedAtMs() int64 {
+	if x != nil {
+		return x.ReceivedAtMs
+	}
+	return 0
+}
+
+type PullUpstreamReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*UpstreamItem        `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PullUpstreamReply) Reset() {
+	*x = PullUpstreamReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PullUpstreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PullUpstreamReply) ProtoMessage() {}
+
+func (x *PullUpstreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PullUpstreamReply.ProtoReflect.Descriptor instead.
+func (*PullUpstreamReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{63}
+}
+
+func (x *PullUpstreamReply) GetItems() []*UpstreamItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+type AckUpstreamRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Service string                 `protobuf:"bytes,1,opt,name=service,proto3" json:"service,omitempty"`
+	// up_to_id: the last item id processed; it and every earlier one are
+	// acknowledged.
+	UpToId        int64 `protobuf:"varint,2,opt,name=up_to_id,json=upToId,proto3" json:"up_to_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckUpstreamRequest) Reset() {
+	*x = AckUpstreamRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[64]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckUpstreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckUpstreamRequest) ProtoMessage() {}
+
+func (x *AckUpstreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[64]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckUpstreamRequest.ProtoReflect.Descriptor instead.
+func (*AckUpstreamRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{64}
+}
+
+func (x *AckUpstreamRequest) GetService() string {
+	if x != nil {
+		return x.Service
+	}
+	return ""
+}
+
+func (x *AckUpstreamRequest) GetUpToId() int64 {
+	if x != nil {
+		return x.UpToId
+	}
+	return 0
+}
+
+type AckUpstreamReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// cursor_id: every item up to it is acknowledged.
+	CursorId      int64 `protobuf:"varint,1,opt,name=cursor_id,json=cursorId,proto3" json:"cursor_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AckUpstreamReply) Reset() {
+	*x = AckUpstreamReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[65]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AckUpstreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AckUpstreamReply) ProtoMessage() {}
+
+func (x *AckUpstreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[65]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AckUpstreamReply.ProtoReflect.Descriptor instead.
+func (*AckUpstreamReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{65}
+}
+
+func (x *AckUpstreamReply) GetCursorId() int64 {
+	if x != nil {
+		return x.CursorId
+	}
+	return 0
+}
+
 var File_logic_v1_api_proto protoreflect.FileDescriptor
 
 const file_logic_v1_api_proto_rawDesc = "" +
@@ -4183,11 +4488,31 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\n" +
 	"webhook_id\x18\x01 \x01(\tR\twebhookId\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\x05R\x06status\x12\x14\n" +
-	"\x05error\x18\x03 \x01(\tR\x05error*N\n" +
+	"\x05error\x18\x03 \x01(\tR\x05error\"e\n" +
+	"\x13PullUpstreamRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x1b\n" +
+	"\tmax_items\x18\x02 \x01(\x05R\bmaxItems\x12\x17\n" +
+	"\await_ms\x18\x03 \x01(\x03R\x06waitMs\"\xc9\x01\n" +
+	"\fUpstreamItem\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x03R\x02id\x12\x18\n" +
+	"\aservice\x18\x02 \x01(\tR\aservice\x12\x17\n" +
+	"\auser_id\x18\x03 \x01(\x03R\x06userId\x12\x1b\n" +
+	"\tdevice_id\x18\x04 \x01(\tR\bdeviceId\x12\x1f\n" +
+	"\vupstream_id\x18\x05 \x01(\tR\n" +
+	"upstreamId\x12\x12\n" +
+	"\x04body\x18\x06 \x01(\tR\x04body\x12$\n" +
+	"\x0ereceived_at_ms\x18\a \x01(\x03R\freceivedAtMs\"A\n" +
+	"\x11PullUpstreamReply\x12,\n" +
+	"\x05items\x18\x01 \x03(\v2\x16.logic.v1.UpstreamItemR\x05items\"H\n" +
+	"\x12AckUpstreamRequest\x12\x18\n" +
+	"\aservice\x18\x01 \x01(\tR\aservice\x12\x18\n" +
+	"\bup_to_id\x18\x02 \x01(\x03R\x06upToId\"/\n" +
+	"\x10AckUpstreamReply\x12\x1b\n" +
+	"\tcursor_id\x18\x01 \x01(\x03R\bcursorId*N\n" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\x84%\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xe8&\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -4237,7 +4562,9 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x16DisableWebhookEndpoint\x12\x1c.logic.v1.WebhookEndpointRef\x1a\x19.logic.v1.WebhookEndpoint\"-\x82\xd3\xe4\x93\x02':\x01*\"\"/v1/webhooks/{endpoint_id}/disable\x12\x84\x01\n" +
 	"\x13RotateWebhookSecret\x12$.logic.v1.RotateWebhookSecretRequest\x1a\x19.logic.v1.WebhookEndpoint\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/webhooks/{endpoint_id}/rotate\x12\x88\x01\n" +
 	"\x15ReplayWebhookEndpoint\x12&.logic.v1.ReplayWebhookEndpointRequest\x1a\x19.logic.v1.WebhookEndpoint\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/webhooks/{endpoint_id}/replay\x12\x83\x01\n" +
-	"\x13TestWebhookEndpoint\x12\x1c.logic.v1.WebhookEndpointRef\x1a\".logic.v1.TestWebhookEndpointReply\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/webhooks/{endpoint_id}/testB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
+	"\x13TestWebhookEndpoint\x12\x1c.logic.v1.WebhookEndpointRef\x1a\".logic.v1.TestWebhookEndpointReply\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/webhooks/{endpoint_id}/test\x12r\n" +
+	"\fPullUpstream\x12\x1d.logic.v1.PullUpstreamRequest\x1a\x1b.logic.v1.PullUpstreamReply\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/upstream/{service}/pull\x12n\n" +
+	"\vAckUpstream\x12\x1c.logic.v1.AckUpstreamRequest\x1a\x1a.logic.v1.AckUpstreamReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/upstream/{service}/ackB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
 
 var (
 	file_logic_v1_api_proto_rawDescOnce sync.Once
@@ -4252,7 +4579,7 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 61)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_logic_v1_api_proto_goTypes = []any{
 	(GroupRole)(0),                       // 0: logic.v1.GroupRole
 	(*UpsertUserRequest)(nil),            // 1: logic.v1.UpsertUserRequest
@@ -4316,6 +4643,11 @@ var file_logic_v1_api_proto_goTypes = []any{
 	(*RotateWebhookSecretRequest)(nil),   // 59: logic.v1.RotateWebhookSecretRequest
 	(*ReplayWebhookEndpointRequest)(nil), // 60: logic.v1.ReplayWebhookEndpointRequest
 	(*TestWebhookEndpointReply)(nil),     // 61: logic.v1.TestWebhookEndpointReply
+	(*PullUpstreamRequest)(nil),          // 62: logic.v1.PullUpstreamRequest
+	(*UpstreamItem)(nil),                 // 63: logic.v1.UpstreamItem
+	(*PullUpstreamReply)(nil),            // 64: logic.v1.PullUpstreamReply
+	(*AckUpstreamRequest)(nil),           // 65: logic.v1.AckUpstreamRequest
+	(*AckUpstreamReply)(nil),             // 66: logic.v1.AckUpstreamReply
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -4329,95 +4661,100 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	44, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
 	47, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
 	55, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
-	1,  // 11: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
-	2,  // 12: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
-	4,  // 13: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
-	6,  // 14: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
-	7,  // 15: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
-	9,  // 16: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
-	11, // 17: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
-	12, // 18: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
-	11, // 19: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
-	11, // 20: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
-	15, // 21: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
-	13, // 22: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
-	13, // 23: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
-	15, // 24: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
-	22, // 25: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
-	24, // 26: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	24, // 27: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	25, // 28: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
-	26, // 29: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
-	27, // 30: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
-	28, // 31: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
-	29, // 32: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
-	23, // 33: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
-	30, // 34: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
-	23, // 35: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
-	31, // 36: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
-	34, // 37: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
-	36, // 38: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
-	39, // 39: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
-	40, // 40: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
-	42, // 41: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	46, // 42: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	49, // 43: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
-	50, // 44: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
-	52, // 45: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
-	53, // 46: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
-	54, // 47: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
-	56, // 48: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
-	58, // 49: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	59, // 50: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
-	60, // 51: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
-	58, // 52: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	3,  // 53: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 54: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 55: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 56: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 57: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 58: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 59: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 60: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 61: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 62: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 63: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 64: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 65: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 66: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 67: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 68: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 69: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 70: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 71: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 72: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 73: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 74: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 75: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 76: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 77: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 78: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 79: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	38, // 80: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	41, // 81: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	41, // 82: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	45, // 83: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	48, // 84: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	51, // 85: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
-	51, // 86: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
-	52, // 87: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
-	52, // 88: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
-	55, // 89: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	57, // 90: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
-	55, // 91: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	55, // 92: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
-	55, // 93: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	61, // 94: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
-	53, // [53:95] is the sub-list for method output_type
-	11, // [11:53] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	63, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
+	1,  // 12: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
+	2,  // 13: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
+	4,  // 14: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
+	6,  // 15: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
+	7,  // 16: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
+	9,  // 17: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
+	11, // 18: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
+	12, // 19: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
+	11, // 20: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
+	11, // 21: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
+	15, // 22: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
+	13, // 23: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
+	13, // 24: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
+	15, // 25: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
+	22, // 26: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
+	24, // 27: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	24, // 28: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	25, // 29: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
+	26, // 30: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
+	27, // 31: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
+	28, // 32: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
+	29, // 33: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
+	23, // 34: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
+	30, // 35: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
+	23, // 36: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
+	31, // 37: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
+	34, // 38: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
+	36, // 39: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	39, // 40: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	40, // 41: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	42, // 42: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	46, // 43: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	49, // 44: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	50, // 45: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	52, // 46: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	53, // 47: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	54, // 48: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
+	56, // 49: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
+	58, // 50: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	59, // 51: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
+	60, // 52: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
+	58, // 53: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	62, // 54: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
+	65, // 55: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
+	3,  // 56: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 57: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 58: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 59: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 60: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 61: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 62: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 63: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 64: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 65: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 66: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 67: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 68: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 69: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 70: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 71: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 72: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 73: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 74: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 75: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 76: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 77: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 78: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 79: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 80: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 81: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 82: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	38, // 83: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	41, // 84: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	41, // 85: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	45, // 86: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	48, // 87: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	51, // 88: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	51, // 89: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	52, // 90: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	52, // 91: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	55, // 92: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	57, // 93: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
+	55, // 94: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	55, // 95: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
+	55, // 96: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	61, // 97: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
+	64, // 98: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
+	66, // 99: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
+	56, // [56:100] is the sub-list for method output_type
+	12, // [12:56] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_api_proto_init() }
@@ -4433,7 +4770,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   61,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

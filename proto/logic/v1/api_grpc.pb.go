@@ -61,6 +61,8 @@ const (
 	Api_RotateWebhookSecret_FullMethodName    = "/logic.v1.Api/RotateWebhookSecret"
 	Api_ReplayWebhookEndpoint_FullMethodName  = "/logic.v1.Api/ReplayWebhookEndpoint"
 	Api_TestWebhookEndpoint_FullMethodName    = "/logic.v1.Api/TestWebhookEndpoint"
+	Api_PullUpstream_FullMethodName           = "/logic.v1.Api/PullUpstream"
+	Api_AckUpstream_FullMethodName            = "/logic.v1.Api/AckUpstream"
 )
 
 // ApiClient is the client API for Api service.
@@ -177,6 +179,14 @@ type ApiClient interface {
 	// TestWebhookEndpoint posts one signed webhook.test event now and
 	// reports the endpoint's answer.
 	TestWebhookEndpoint(ctx context.Context, in *WebhookEndpointRef, opts ...grpc.CallOption) (*TestWebhookEndpointReply, error)
+	// PullUpstream returns the service's oldest items not yet acknowledged
+	// (UPSTREAM frames, in id order), waiting up to wait_ms for one (a long
+	// poll). Items handed out stay hidden from further pulls for
+	// logic.upstream.visibility, then are handed out again until acked.
+	PullUpstream(ctx context.Context, in *PullUpstreamRequest, opts ...grpc.CallOption) (*PullUpstreamReply, error)
+	// AckUpstream acknowledges every item of the service up to and
+	// including up_to_id: none of them is handed out again.
+	AckUpstream(ctx context.Context, in *AckUpstreamRequest, opts ...grpc.CallOption) (*AckUpstreamReply, error)
 }
 
 type apiClient struct {
@@ -607,6 +617,26 @@ func (c *apiClient) TestWebhookEndpoint(ctx context.Context, in *WebhookEndpoint
 	return out, nil
 }
 
+func (c *apiClient) PullUpstream(ctx context.Context, in *PullUpstreamRequest, opts ...grpc.CallOption) (*PullUpstreamReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PullUpstreamReply)
+	err := c.cc.Invoke(ctx, Api_PullUpstream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) AckUpstream(ctx context.Context, in *AckUpstreamRequest, opts ...grpc.CallOption) (*AckUpstreamReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AckUpstreamReply)
+	err := c.cc.Invoke(ctx, Api_AckUpstream_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ApiServer is the server API for Api service.
 // All implementations must embed UnimplementedApiServer
 // for forward compatibility.
@@ -721,6 +751,14 @@ type ApiServer interface {
 	// TestWebhookEndpoint posts one signed webhook.test event now and
 	// reports the endpoint's answer.
 	TestWebhookEndpoint(context.Context, *WebhookEndpointRef) (*TestWebhookEndpointReply, error)
+	// PullUpstream returns the service's oldest items not yet acknowledged
+	// (UPSTREAM frames, in id order), waiting up to wait_ms for one (a long
+	// poll). Items handed out stay hidden from further pulls for
+	// logic.upstream.visibility, then are handed out again until acked.
+	PullUpstream(context.Context, *PullUpstreamRequest) (*PullUpstreamReply, error)
+	// AckUpstream acknowledges every item of the service up to and
+	// including up_to_id: none of them is handed out again.
+	AckUpstream(context.Context, *AckUpstreamRequest) (*AckUpstreamReply, error)
 	mustEmbedUnimplementedApiServer()
 }
 
@@ -856,6 +894,12 @@ func (UnimplementedApiServer) ReplayWebhookEndpoint(context.Context, *ReplayWebh
 }
 func (UnimplementedApiServer) TestWebhookEndpoint(context.Context, *WebhookEndpointRef) (*TestWebhookEndpointReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method TestWebhookEndpoint not implemented")
+}
+func (UnimplementedApiServer) PullUpstream(context.Context, *PullUpstreamRequest) (*PullUpstreamReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method PullUpstream not implemented")
+}
+func (UnimplementedApiServer) AckUpstream(context.Context, *AckUpstreamRequest) (*AckUpstreamReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method AckUpstream not implemented")
 }
 func (UnimplementedApiServer) mustEmbedUnimplementedApiServer() {}
 func (UnimplementedApiServer) testEmbeddedByValue()             {}
@@ -1634,6 +1678,42 @@ func _Api_TestWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_PullUpstream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PullUpstreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).PullUpstream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_PullUpstream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).PullUpstream(ctx, req.(*PullUpstreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_AckUpstream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AckUpstreamRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).AckUpstream(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_AckUpstream_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).AckUpstream(ctx, req.(*AckUpstreamRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Api_ServiceDesc is the grpc.ServiceDesc for Api service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -1808,6 +1888,14 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TestWebhookEndpoint",
 			Handler:    _Api_TestWebhookEndpoint_Handler,
+		},
+		{
+			MethodName: "PullUpstream",
+			Handler:    _Api_PullUpstream_Handler,
+		},
+		{
+			MethodName: "AckUpstream",
+			Handler:    _Api_AckUpstream_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -28,6 +28,7 @@ import {
   type PushPreview,
   type PushToken,
   type SendAck,
+  type UpstreamReply,
   type SyncInboxData,
   type SyncMessagesData,
   type Target,
@@ -1078,6 +1079,19 @@ export class SparkClient {
   async pushPreview(preview?: PushPreview): Promise<PushPreview> {
     const r = await this.request<{ preview: PushPreview }>(Cmd.PUSH_SETTINGS, preview ? { op: "preview", preview } : { op: "preview" });
     return r.data.preview;
+  }
+
+  /**
+   * Sends `body` to the business service `service` (UPSTREAM, 22) and
+   * resolves once the server has durably queued it. `upstreamId` makes a
+   * retry safe: the same user, service and id are queued once, and the
+   * retry resolves with the first one's `id` and `duplicate: true`. Pass
+   * the same id to every retry of one frame (a fresh random one per
+   * frame).
+   */
+  async upstream(service: string, body: string, upstreamId?: string): Promise<UpstreamReply> {
+    const r = await this.request<UpstreamReply>(Cmd.UPSTREAM, upstreamId ? { service, body, upstream_id: upstreamId } : { service, body });
+    return { id: idOf(r.data.id), duplicate: r.data.duplicate };
   }
 
   /** The conversation list: pinned first, then by last activity; hidden ones left out. */

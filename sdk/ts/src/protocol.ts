@@ -25,6 +25,7 @@ export const Cmd = {
   RELATION: 19,
   GROUP: 20,
   PUSH_SETTINGS: 21,
+  UPSTREAM: 22,
 } as const;
 
 /** Error codes (docs/protocol.md §5 says what each means and what a client does). */
@@ -61,6 +62,12 @@ export type PushToken =
   | { platform: "apns"; token: string; topic: string; sandbox?: boolean }
   | { platform: "fcm"; token: string }
   | { platform: "gateway"; token: string; gateway: string };
+
+/** The answer of UPSTREAM (docs/protocol.md §11): the queued item's id, and whether an earlier frame with the same upstream_id had queued it. */
+export interface UpstreamReply {
+  id: Id;
+  duplicate: boolean;
+}
 
 /** What the user's notifications show. */
 export type PushPreview = "full" | "sender" | "none";

@@ -513,3 +513,25 @@ test("registerPushToken, pushPreview and unregisterPushToken send PUSH_SETTINGS 
   ]);
   c.close();
 });
+
+test("upstream sends UPSTREAM with service, body and upstream_id, resolves with the queued id, and a refused service throws its code", async () => {
+  const gate = new Gate();
+  gate.handlers[Cmd.UPSTREAM] = (s, f) => {
+    if (f.json.service !== "orders") return s.reply(f, Cmd.UPSTREAM, {}, "40401");
+    return s.reply(f, Cmd.UPSTREAM, { id: "7250199883011457024", duplicate: f.json.upstream_id === "u-1" });
+  };
+  const { c } = newClient(gate);
+  let synced = false;
+  c.on("synced", () => (synced = true));
+  c.connect();
+  await until("sync", () => synced);
+  assert.deepEqual(await c.upstream("orders", "{\"op\":\"cancel\"}"), { id: "7250199883011457024", duplicate: false });
+  assert.deepEqual(await c.upstream("orders", "again", "u-1"), { id: "7250199883011457024", duplicate: true });
+  await assert.rejects(c.upstream("billing", "x"), (e) => e.code === Code.NOT_FOUND);
+  assert.deepEqual(gate.sent(Cmd.UPSTREAM).map((f) => f.json), [
+    { service: "orders", body: "{\"op\":\"cancel\"}" },
+    { service: "orders", body: "again", upstream_id: "u-1" },
+    { service: "billing", body: "x" },
+  ]);
+  c.close();
+});
