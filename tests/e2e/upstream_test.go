@@ -3,6 +3,8 @@ package e2e
 import (
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +24,8 @@ import (
 // webhook receiver verifies each signature, the puller gets them again
 // after the visibility timeout until it acks, never after; a resent
 // upstream_id is one item, under one id and one webhook-id; bad frames
-// get their codes and reach nobody. Serial: it kills logic.
+// get their codes and reach nobody; imcli -upstream sends one. Serial: it
+// kills logic.
 func TestUpstreamReachesPullAndWebhookAcrossLogicKill(t *testing.T) {
 	hook := newHookReceiver(t, hookSecret)
 	c := framework.NewCluster(t, framework.Options{Gates: 1, LogicEnv: []string{
@@ -151,6 +154,19 @@ func TestUpstreamReachesPullAndWebhookAcrossLogicKill(t *testing.T) {
 	}
 	if r, err := api.PullUpstream(actx, &logicv1.PullUpstreamRequest{Service: "orders", WaitMs: 3000}); err != nil || len(r.Items) != 0 {
 		t.Fatalf("pull after the ack: %v, %v", r, err)
+	}
+
+	// imcli sends one frame and prints its id; the puller gets it.
+	const cliUser = int64(7_300_003)
+	out, err := exec.CommandContext(ctx, c.Bins.IMCli, append(imcliArgs(t, c, 0, cliUser, filepath.Join(t.TempDir(), "state.json")),
+		"-upstream", "orders", "-text", `{"from":"imcli"}`)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("imcli -upstream: %v\n%s", err, out)
+	}
+	r, err := api.PullUpstream(actx, &logicv1.PullUpstreamRequest{Service: "orders", WaitMs: 10000})
+	if err != nil || len(r.Items) != 1 || r.Items[0].Body != `{"from":"imcli"}` || r.Items[0].UserId != cliUser ||
+		!strings.HasSuffix(string(out), fmt.Sprintf("\nupstream orders queued: id %d\n", r.Items[0].Id)) {
+		t.Fatalf("imcli printed %q; pulled %v, %v", out, r, err)
 	}
 
 	// Webhook: the ten hooked frames, signed, once per webhook-id at

@@ -84,6 +84,16 @@ WHERE event_type = ? AND id > ? AND id <= ? ORDER BY id LIMIT ?`, typ, after, up
 	return out, nil
 }
 
+// NewestUpstream is the largest id of type typ at or below upTo (0 when
+// there is none).
+func (s *Store) NewestUpstream(ctx context.Context, typ string, upTo int64) (int64, error) {
+	var id sql.NullInt64
+	if err := s.db.GetContext(ctx, &id, "SELECT MAX(id) FROM t_webhook_events WHERE event_type = ? AND id <= ?", typ, upTo); err != nil {
+		return 0, fmt.Errorf("store: newest upstream: %w", err)
+	}
+	return id.Int64, nil
+}
+
 // HandUpstream records that the items up to upTo were handed to a puller
 // and stay hidden from the next pull until visibleAt.
 func (s *Store) HandUpstream(ctx context.Context, service string, upTo int64, visibleAt time.Time) error {

@@ -203,8 +203,8 @@ func (s *Service) pullOnce(ctx context.Context, service string, limit int) ([]It
 }
 
 // Ack acknowledges every item of service up to and including id: they
-// are never handed out again. An id past what was handed out is refused
-// (40001): it would skip items nobody saw.
+// are never handed out again. An id past the newest item a pull could
+// hand out now is refused (40001): it would skip items nobody saw.
 func (s *Service) Ack(ctx context.Context, service string, id int64) (int64, error) {
 	if !s.Known(service) {
 		return 0, unknown(service)
@@ -213,8 +213,18 @@ func (s *Service) Ack(ctx context.Context, service string, id int64) (int64, err
 	if err != nil {
 		return 0, errcode.Unavailable("", err)
 	}
-	if id <= 0 || id > max(c.HandedUpTo, c.CursorID) {
-		return 0, errcode.Invalid("up_to_id", fmt.Sprintf("%d is not an item id handed out by a pull (last handed out: %d)", id, c.HandedUpTo))
+	newest := c.CursorID
+	if id > c.CursorID {
+		bound, err := webhook.ReadBound(ctx, s.st, s.hook.Settle, time.Now(), c.CursorID)
+		if err != nil {
+			return 0, errcode.Unavailable("", err)
+		}
+		if newest, err = s.st.NewestUpstream(ctx, TypePrefix+service, bound); err != nil {
+			return 0, errcode.Unavailable("", err)
+		}
+	}
+	if id <= 0 || id > newest {
+		return 0, errcode.Invalid("up_to_id", fmt.Sprintf("%d is past the newest item a pull can hand out (%d)", id, newest))
 	}
 	c, err = s.st.AckUpstream(ctx, service, id)
 	if err != nil {
