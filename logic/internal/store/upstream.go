@@ -27,23 +27,15 @@ func (s *Store) QueueUpstream(ctx context.Context, it UpstreamItem) (id int64, d
 	if it.DedupeKey != "" {
 		key = it.DedupeKey
 	}
-	res, err := s.db.ExecContext(ctx, `INSERT IGNORE INTO t_webhook_events (id, event_type, conversation_id, data, created_at, dedupe_key)
+	// A plain INSERT, not INSERT IGNORE: IGNORE would also turn an
+	// oversized value into a silently truncated one.
+	_, err = s.db.ExecContext(ctx, `INSERT INTO t_webhook_events (id, event_type, conversation_id, data, created_at, dedupe_key)
 VALUES (?, ?, 0, ?, ?, ?)`, it.ID, it.Type, it.Data, ms(it.At), key)
-	if err != nil {
-		return 0, false, fmt.Errorf("store: queue upstream: %w", err)
-	}
-	n, err := res.RowsAffected()
-	if err != nil {
-		return 0, false, fmt.Errorf("store: queue upstream: %w", err)
-	}
-	if n == 1 {
+	if err == nil {
 		return it.ID, false, nil
 	}
-	if key == nil {
-		// INSERT IGNORE hides only key clashes; the id is fresh, so the
-		// only other one is the primary key, which a generator never
-		// repeats.
-		return 0, false, fmt.Errorf("store: queue upstream: id %d already used", it.ID)
+	if k, dupErr := duplicateKey(err); !dupErr || k != "uk_dedupe" {
+		return 0, false, fmt.Errorf("store: queue upstream: %w", err)
 	}
 	if err := s.db.GetContext(ctx, &id, "SELECT id FROM t_webhook_events WHERE dedupe_key = ?", key); err != nil {
 		return 0, false, fmt.Errorf("store: queue upstream: read duplicate: %w", err)

@@ -31,6 +31,11 @@ const TypePrefix = store.EventUpstreamPrefix
 // MaxUpstreamID bounds a client's upstream_id in bytes.
 const MaxUpstreamID = 64
 
+// maxItemData is the size of t_webhook_events.data (a BLOB): a body of
+// control characters grows up to six times when JSON-escaped, so a body
+// under logic.upstream.max_body may still not fit.
+const maxItemData = 65535
+
 // MaxPull is the most items one pull returns.
 const MaxPull = 500
 
@@ -125,6 +130,9 @@ func (s *Service) Queue(ctx context.Context, f Frame) (Queued, error) {
 	data, err := json.Marshal(it)
 	if err != nil {
 		return Queued{}, fmt.Errorf("upstream: %w", err)
+	}
+	if len(data) > maxItemData {
+		return Queued{}, errcode.New(errcode.TooLarge, fmt.Sprintf("too large: body: %d bytes once JSON-escaped, at most %d", len(data), maxItemData))
 	}
 	row := store.UpstreamItem{ID: id, Type: TypePrefix + f.Service, Data: data, At: now}
 	if f.UpstreamID != "" {

@@ -14,7 +14,7 @@ import (
 	"github.com/sparkim/spark/pkg/msgid"
 )
 
-func newService(t *testing.T, visibility time.Duration) (*upstream.Service, *store.Store) {
+func newService(t *testing.T, visibility time.Duration, maxBody int) (*upstream.Service, *store.Store) {
 	t.Helper()
 	_, db := testenv.MySQL(t)
 	st := store.New(db)
@@ -24,7 +24,7 @@ func newService(t *testing.T, visibility time.Duration) (*upstream.Service, *sto
 	}
 	cfg := config.Default().Logic
 	cfg.Upstream.Services = []string{"orders", "chat"}
-	cfg.Upstream.MaxBody = 64
+	cfg.Upstream.MaxBody = maxBody
 	cfg.Upstream.Visibility = visibility
 	// The test's writes commit at once: a short settle lets pulls see
 	// them without waiting logic's 10 s.
@@ -35,7 +35,7 @@ func newService(t *testing.T, visibility time.Duration) (*upstream.Service, *sto
 // TestQueueRefusesBadFramesAndStoresNothing: each bad frame gets its code
 // naming what is wrong, and no pull ever sees it.
 func TestQueueRefusesBadFramesAndStoresNothing(t *testing.T) {
-	svc, _ := newService(t, time.Minute)
+	svc, _ := newService(t, time.Minute, 16<<10)
 	ctx := context.Background()
 	tests := []struct {
 		name string
@@ -45,7 +45,8 @@ func TestQueueRefusesBadFramesAndStoresNothing(t *testing.T) {
 	}{
 		{"no service", upstream.Frame{Body: "x"}, errcode.InvalidArgument, "service: required"},
 		{"unknown service", upstream.Frame{Service: "billing", Body: "x"}, errcode.NotFound, `service "billing"`},
-		{"body over max_body", upstream.Frame{Service: "orders", Body: strings.Repeat("x", 65)}, errcode.TooLarge, "logic.upstream.max_body"},
+		{"body over max_body", upstream.Frame{Service: "orders", Body: strings.Repeat("x", 16<<10+1)}, errcode.TooLarge, "logic.upstream.max_body"},
+		{"body within max_body, over the row once escaped", upstream.Frame{Service: "orders", Body: strings.Repeat("\x01", 16<<10)}, errcode.TooLarge, "once JSON-escaped"},
 		{"upstream_id too long", upstream.Frame{Service: "orders", UpstreamID: strings.Repeat("i", 65)}, errcode.InvalidArgument, "upstream_id"},
 		{"upstream_id not UTF-8", upstream.Frame{Service: "orders", UpstreamID: "\xff"}, errcode.InvalidArgument, "upstream_id"},
 	}
@@ -71,7 +72,7 @@ func TestQueueRefusesBadFramesAndStoresNothing(t *testing.T) {
 // visibility timeout and then handed out again, acked ones never again,
 // and an ack past the newest item is refused.
 func TestPullAckAndRedelivery(t *testing.T) {
-	svc, _ := newService(t, 300*time.Millisecond)
+	svc, _ := newService(t, 300*time.Millisecond, 64)
 	ctx := context.Background()
 	queue := func(service, body, uid string) upstream.Queued {
 		t.Helper()
