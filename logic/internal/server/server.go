@@ -330,10 +330,15 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	}
 	dispatchCtx, stopDispatch := context.WithCancel(base)
 	dispatched := make(chan struct{})
-	if wc.Enabled {
+	switch {
+	case wc.Enabled:
 		d := webhook.NewDispatcher(st, rdb, wc, log, webhook.NewMetrics(reg))
 		go func() { defer close(dispatched); d.Run(dispatchCtx) }()
-	} else {
+	case len(lc.Upstream.Services) > 0:
+		// Pulled upstream items are pruned like events even with no
+		// dispatcher to do it.
+		go func() { defer close(dispatched); upstreams.RunPrune(dispatchCtx, log) }()
+	default:
 		close(dispatched)
 	}
 	defer func() { stopDispatch(); <-dispatched }()

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"go.uber.org/zap"
+
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/webhook"
 	"github.com/sparkim/spark/pkg/config"
@@ -208,6 +210,21 @@ func (s *Service) pullOnce(ctx context.Context, service string, limit int) ([]It
 		return nil, errcode.Unavailable("", err)
 	}
 	return out, nil
+}
+
+// RunPrune deletes old items as the webhook dispatcher does (older than
+// logic.webhook.retry_for plus a day, pulled or not) until ctx ends. Run
+// it only while webhooks are off: otherwise the dispatcher prunes the
+// same table.
+func (s *Service) RunPrune(ctx context.Context, log *zap.Logger) {
+	for {
+		if err := webhook.Prune(ctx, s.st, s.hook); err != nil && ctx.Err() == nil {
+			log.Warn("prune upstream items", zap.Error(err))
+		}
+		if retry.Sleep(ctx, webhook.PruneEvery) != nil {
+			return
+		}
+	}
 }
 
 // Ack acknowledges every item of service up to and including id: they

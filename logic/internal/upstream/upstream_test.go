@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/testenv"
 	"github.com/sparkim/spark/logic/internal/upstream"
@@ -155,4 +157,40 @@ func TestPullAckAndRedelivery(t *testing.T) {
 func codeOf(err error) errcode.Code {
 	c, _ := errcode.Of(err)
 	return c
+}
+
+// TestRunPruneDeletesOnlyItemsPastRetention: with webhooks off the
+// upstream service prunes what the dispatcher would: an item older than
+// retry_for plus a day goes, a fresh one stays.
+func TestRunPruneDeletesOnlyItemsPastRetention(t *testing.T) {
+	svc, st := newService(t, time.Minute, 64)
+	ctx := context.Background()
+	old := time.Now().Add(-config.Default().Logic.Webhook.RetryFor - 25*time.Hour)
+	if _, _, err := st.QueueUpstream(ctx, store.UpstreamItem{ID: msgid.MaxAt(old), Type: "upstream.orders", Data: []byte(`{"body":"old"}`), At: old}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := svc.Queue(ctx, upstream.Frame{UserID: 7, DeviceID: "d1", Service: "orders", Body: "fresh"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); svc.RunPrune(pctx, zap.NewNop()) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, err := st.NewestUpstream(ctx, "upstream.orders", msgid.MaxAt(old))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the old item was not pruned")
+		}
+	}
+	cancel()
+	<-done
+	if n, err := st.NewestUpstream(ctx, "upstream.orders", fresh.ID); err != nil || n != fresh.ID {
+		t.Fatalf("the fresh item: newest %d, %v; want %d", n, err, fresh.ID)
+	}
 }

@@ -35,9 +35,17 @@ import (
 	"github.com/sparkim/spark/pkg/stdwebhook"
 )
 
-// pruneEvery is how often a dispatcher deletes recorded events older than
-// any retry could still need (retry_for plus a day).
-const pruneEvery = 10 * time.Minute
+// PruneEvery is how often a dispatcher (or, with webhooks off, the
+// upstream service) deletes recorded events older than any retry could
+// still need (Prune).
+const PruneEvery = 10 * time.Minute
+
+// Prune deletes up to 10,000 recorded events older than retry_for plus a
+// day: past any retry or replay an endpoint could still need.
+func Prune(ctx context.Context, st *store.Store, cfg config.Webhook) error {
+	_, err := st.PruneWebhookEvents(ctx, time.Now().Add(-cfg.RetryFor-24*time.Hour), 10000)
+	return err
+}
 
 // Metrics are the dispatcher's collectors.
 type Metrics struct {
@@ -128,9 +136,9 @@ func (d *Dispatcher) Run(ctx context.Context) {
 				d.start(ctx, ep.ID)
 			}
 		}
-		if time.Since(lastPrune) > pruneEvery {
+		if time.Since(lastPrune) > PruneEvery {
 			lastPrune = time.Now()
-			if _, err := d.st.PruneWebhookEvents(ctx, time.Now().Add(-d.cfg.RetryFor-24*time.Hour), 10000); err != nil && ctx.Err() == nil {
+			if err := Prune(ctx, d.st, d.cfg); err != nil && ctx.Err() == nil {
 				d.log.Warn("prune webhook events", zap.Error(err))
 			}
 		}
