@@ -176,24 +176,44 @@ func (s *Session) Send(ctx context.Context, req protocol.SendRequest) (protocol.
 	if req.ClientMsgID == "" {
 		req.ClientMsgID = NewClientMsgID()
 	}
+	return acrossConns(ctx, s, "send "+req.ClientMsgID, func(c *Conn) (protocol.SendAck, error) { return c.Send(ctx, req) })
+}
+
+// Upstream is Conn.Upstream across connections, like Send: a frame whose
+// answer was lost goes again on the next connection with the same
+// upstream_id (a fresh one when upstreamID is empty), so the service
+// gets it once.
+func (s *Session) Upstream(ctx context.Context, service, body, upstreamID string) (protocol.UpstreamReply, error) {
+	if upstreamID == "" {
+		upstreamID = NewClientMsgID()
+	}
+	return acrossConns(ctx, s, "upstream "+upstreamID, func(c *Conn) (protocol.UpstreamReply, error) {
+		return c.Upstream(ctx, service, body, upstreamID)
+	})
+}
+
+// acrossConns runs call on the session's connection until it answers: a
+// server's answer (success or a code) or ctx ending is final; a
+// connection that failed under the call is closed, so the session moves
+// on, and the call goes again on the next one. call must be idempotent.
+func acrossConns[T any](ctx context.Context, s *Session, what string, call func(*Conn) (T, error)) (T, error) {
 	for {
 		c, err := s.Conn(ctx)
 		if err != nil {
-			return protocol.SendAck{}, fmt.Errorf("client: send %s: %w", req.ClientMsgID, err)
+			var zero T
+			return zero, fmt.Errorf("client: %s: %w", what, err)
 		}
-		ack, err := c.Send(ctx, req)
+		v, err := call(c)
 		if err == nil {
-			return ack, nil
+			return v, nil
 		}
 		var ce *CodeError
 		if ctx.Err() != nil || errors.As(err, &ce) {
-			return ack, err
+			return v, err
 		}
 		if errors.Is(err, ErrTimeout) && c.Err() == nil {
-			return ack, err // the connection lives; Send gave up by itself
+			return v, err // the connection lives; the call gave up by itself
 		}
-		// The connection failed under the send (closed, or a write that
-		// could not finish): end it, so the session moves on, and retry.
 		_ = c.Close()
 	}
 }

@@ -275,3 +275,54 @@ func TestBackoffDelayIsJitteredAndCapped(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionUpstreamGoesAgainWithTheSameUpstreamIDAfterADrop: a frame
+// whose connection drops before the answer is sent again on the next
+// connection with the same upstream_id, and the answer of that one is
+// returned.
+func TestSessionUpstreamGoesAgainWithTheSameUpstreamIDAfterADrop(t *testing.T) {
+	ids := make(chan string, 2)
+	// The session publishes a connection before its sync ends, so the
+	// frame may come before or after SYNC_INBOX.
+	g := startScriptedGate(t, func(g *gateConn, n int) {
+		for {
+			h, body, err := g.read()
+			if err != nil {
+				return
+			}
+			switch h.Command {
+			case protocol.CmdAuth:
+				g.answer(h, protocol.CmdAuth, `{"user_id":"7"}`)
+			case protocol.CmdSyncInbox:
+				g.answer(h, protocol.CmdSyncInboxFinish, `{"conversations":[],"events":[],"dialog_cursor":"c5","mailbox_seq":"5"}`)
+			case protocol.CmdUpstream:
+				var req protocol.UpstreamRequest
+				_ = json.Unmarshal(body, &req)
+				ids <- req.UpstreamID
+				if n == 0 {
+					return // the connection drops before the answer
+				}
+				g.answer(h, protocol.CmdUpstream, `{"id":"77","duplicate":true}`)
+			}
+		}
+	})
+	s, err := StartSession(SessionOptions{
+		Addrs: []string{g.addr()}, Token: "t", DeviceID: "d", Platform: "test", Runner: newTestRunner(t),
+		ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond, Random: func() float64 { return 0.5 },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	drain(s)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r, err := s.Upstream(ctx, "orders", "body", "")
+	if err != nil || r.ID != 77 || !r.Duplicate {
+		t.Fatalf("upstream across the drop: %+v, %v", r, err)
+	}
+	first, second := recv(t, ids, "the first upstream_id"), recv(t, ids, "the second upstream_id")
+	if first == "" || first != second {
+		t.Fatalf("upstream_ids %q then %q, want one non-empty id", first, second)
+	}
+}

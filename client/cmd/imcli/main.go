@@ -140,12 +140,11 @@ func run(ctx context.Context, f flags) error {
 			for range sess.Pushes() { // the session needs its pushes read
 			}
 		}()
-		conn, err := a.firstConn(ctx, sess, gates)
-		if err != nil {
+		if _, err := a.firstConn(ctx, sess, gates); err != nil {
 			return err
 		}
 		if f.upstream != "" {
-			return a.upstream(ctx, conn, f.upstream, f.text)
+			return a.upstream(ctx, sess, f.upstream, f.text)
 		}
 		_, err = a.send(ctx, sess, f.sendTo, f.text)
 		return err
@@ -711,7 +710,7 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 			a.errorf("usage: /upstream <service> <body>")
 			return false
 		}
-		if err := a.upstream(ctx, conn, service, body); err != nil {
+		if err := a.upstream(ctx, sess, service, body); err != nil {
 			a.errorf("%v", err)
 		}
 	default:
@@ -749,11 +748,11 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 	return false
 }
 
-// upstream sends one UPSTREAM frame (with a fresh upstream_id, so a
-// retry by hand of the same line is not deduplicated) and prints the
-// queued id.
-func (a *app) upstream(ctx context.Context, conn *client.Conn, service, body string) error {
-	r, err := conn.Upstream(ctx, service, body, client.NewClientMsgID())
+// upstream sends one UPSTREAM frame, again on the next connection with
+// the same upstream_id if the answer was lost (queued once), and prints
+// the queued id.
+func (a *app) upstream(ctx context.Context, sess *client.Session, service, body string) error {
+	r, err := sess.Upstream(ctx, service, body, "")
 	if err != nil {
 		return err
 	}

@@ -88,8 +88,12 @@ type Queued struct {
 	Duplicate bool
 }
 
-// unknown is the 40401 of a service not in logic.upstream.services.
+// unknown is the refusal of a service not in logic.upstream.services:
+// 40001 when none is named, 40401 otherwise.
 func unknown(service string) error {
+	if service == "" {
+		return errcode.Invalid("service", "required")
+	}
 	return errcode.New(errcode.NotFound, fmt.Sprintf("not found: service %q is not a configured upstream service", service))
 }
 
@@ -102,7 +106,7 @@ func (s *Service) Known(name string) bool { return slices.Contains(s.cfg.Service
 func (s *Service) Check(f Frame) error {
 	switch {
 	case f.Service == "":
-		return errcode.Invalid("service", "required")
+		return unknown("")
 	case len(f.UpstreamID) > MaxUpstreamID:
 		return errcode.Invalid("upstream_id", fmt.Sprintf("longer than %d bytes", MaxUpstreamID))
 	case !utf8.ValidString(f.UpstreamID) || strings.ContainsAny(f.UpstreamID, "\x00"):

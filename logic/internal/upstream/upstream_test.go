@@ -152,6 +152,9 @@ func TestPullAckAndRedelivery(t *testing.T) {
 	if _, err := svc.Ack(ctx, "billing", 1); codeOf(err) != errcode.NotFound {
 		t.Fatalf("ack of an unknown service: %v", err)
 	}
+	if _, err := svc.Pull(ctx, "", 1, 0); codeOf(err) != errcode.InvalidArgument {
+		t.Fatalf("pull without a service: %v", err)
+	}
 }
 
 func codeOf(err error) errcode.Code {
