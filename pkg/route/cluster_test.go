@@ -29,9 +29,16 @@ func TestRouteScriptsOnEveryClusterMaster(t *testing.T) {
 	if n, err := testredis.Masters(ctx, rdb, keys...); err != nil || n != testredis.ClusterMasters {
 		t.Fatalf("the route hashes are on %d masters (%v), want all %d", n, err, testredis.ClusterMasters)
 	}
+	// first is an entry written before the real IP was recorded (a rolling
+	// upgrade); the others carry it, and closes name them by Key().
 	first := Entry{GateID: "g1", ConnID: 1, SinceMs: 1}.String()
-	second := Entry{GateID: "g2", ConnID: 2, SinceMs: 2}.String()
-	third := Entry{GateID: "g1", ConnID: 3, SinceMs: 3}.String()
+	secondE := Entry{GateID: "g2", ConnID: 2, SinceMs: 2, RealIP: "203.0.113.7"}
+	second := secondE.String()
+	thirdE := Entry{GateID: "g1", ConnID: 3, SinceMs: 3, RealIP: "2001:db8::1"}
+	third := thirdE.String()
+	// lookalike shares second's key as a string prefix but names another
+	// connection (since 2 vs 20).
+	lookalike := Entry{GateID: "g2", ConnID: 2, SinceMs: 20}.Key()
 	for _, k := range keys {
 		run := func(sc *redis.Script, args ...any) func() (string, error) {
 			return func() (string, error) {
@@ -49,8 +56,9 @@ func TestRouteScriptsOnEveryClusterMaster(t *testing.T) {
 			{"another device comes in: two", run(swap, "pad", third), "[ 2]"},
 			{"the first connection's late close deletes nothing", run(cad, "phone", first), "0"},
 			{"the first connection's late own close deletes nothing", run(closeScript, "phone", first), "-1"},
-			{"the second connection's close leaves the pad", run(closeScript, "phone", second), "1"},
-			{"the pad's route removed by deliver", run(cad, "pad", third), "1"},
+			{"a close of a connection whose key is a prefix of the route's deletes nothing", run(closeScript, "phone", lookalike), "-1"},
+			{"the second connection's close by key leaves the pad", run(closeScript, "phone", secondE.Key()), "1"},
+			{"the pad's route removed by deliver by key", run(cad, "pad", thirdE.Key()), "1"},
 			{"no route is left", func() (string, error) { n, err := rdb.HLen(ctx, k).Result(); return fmt.Sprint(n), err }, "0"},
 		}
 		for _, st := range steps {

@@ -90,6 +90,7 @@ func TestIMCtlCommands(t *testing.T) {
 			StartedAtMs   int64    `json:"started_at_ms"`
 			Connections   uint64   `json:"connections"`
 			Authenticated uint64   `json:"authenticated"`
+			Version       string   `json:"version"`
 			Error         string   `json:"error"`
 		}
 		imctlJSON(t, ctx, c, &gates, "gates")
@@ -99,7 +100,8 @@ func TestIMCtlCommands(t *testing.T) {
 		byID := map[string]int{}
 		for i, g := range gates {
 			byID[g.GateID] = i
-			if g.Error != "" || g.StartedAtMs == 0 || len(g.ClientAddrs) == 0 {
+			// Both gates run the same binary, so they report one version.
+			if g.Error != "" || g.StartedAtMs == 0 || len(g.ClientAddrs) == 0 || g.Version == "" || g.Version != gates[0].Version {
 				t.Fatalf("gate %+v", g)
 			}
 		}
@@ -113,7 +115,7 @@ func TestIMCtlCommands(t *testing.T) {
 			}
 		}
 		table := string(runIMCtl(t, ctx, c, "gates"))
-		if !strings.HasPrefix(table, "GATE ") || !strings.Contains(table, c.Gates[1].ID) {
+		if !strings.HasPrefix(table, "GATE ") || !strings.Contains(table, " VERSION ") || !strings.Contains(table, c.Gates[1].ID) || !strings.Contains(table, gates[0].Version) {
 			t.Fatalf("gates table:\n%s", table)
 		}
 	})
@@ -125,6 +127,7 @@ func TestIMCtlCommands(t *testing.T) {
 		GateID   string `json:"gate_id"`
 		ConnID   uint64 `json:"conn_id"`
 		SinceMs  int64  `json:"since_ms"`
+		RealIP   string `json:"real_ip"`
 	}
 	t.Run("where", func(t *testing.T) {
 		var devs []device
@@ -134,11 +137,17 @@ func TestIMCtlCommands(t *testing.T) {
 			got[d.DeviceID] = d
 		}
 		p, w := got["phone"], got["web"]
-		if len(devs) != 2 || p.GateID != c.Gates[1].ID || w.GateID != c.Gates[0].ID || p.UserID != user || p.ConnID == 0 {
+		// The clients dial the gates over loopback without PROXY headers.
+		if len(devs) != 2 || p.GateID != c.Gates[1].ID || w.GateID != c.Gates[0].ID || p.UserID != user || p.ConnID == 0 ||
+			p.RealIP != "127.0.0.1" || w.RealIP != "127.0.0.1" {
 			t.Fatalf("where: %+v, want phone on %s and web on %s", devs, c.Gates[1].ID, c.Gates[0].ID)
 		}
 		if d := time.UnixMilli(p.SinceMs).Sub(since); d < -10*time.Second || d > 10*time.Second {
 			t.Fatalf("phone online since %v, signed in at %v", time.UnixMilli(p.SinceMs), since)
+		}
+		table := string(runIMCtl(t, ctx, c, "where", "41001"))
+		if !strings.Contains(table, "REAL_IP") || !strings.Contains(table, "127.0.0.1") {
+			t.Fatalf("where table:\n%s", table)
 		}
 		var none []device
 		imctlJSON(t, ctx, c, &none, "where", "41999")

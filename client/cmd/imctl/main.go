@@ -7,8 +7,8 @@
 //
 //	imctl [-config im.yaml] [-api 127.0.0.1:9000] [-api-key KEY] [-o json] <command>
 //
-//	gates                          live gates: addresses, connection counts, start time
-//	where <user>                   the user's online devices: gate, device, connection, since
+//	gates                          live gates: version, addresses, connection counts, start time
+//	where <user>                   the user's online devices: gate, device, connection, since, real IP
 //	kick <user> [device]           KICK the user's connections (or one device's) and close them
 //	token issue <user> [-device D] [-ttl 24h]   mint a client token
 //	token revoke <user>            revoke every token of the user so far (kicks them too)
@@ -51,8 +51,8 @@ const callTimeout = 15 * time.Second
 const usage = `usage: imctl [flags] <command> [args]
 
 commands:
-  gates                          live gates with connection counts
-  where <user>                   where the user is online (gate, device, since)
+  gates                          live gates with versions and connection counts
+  where <user>                   where the user is online (gate, device, since, real IP)
   kick <user> [device] [-reason R]  kick the user's connections, or one device's
   token issue <user> [-device D] [-ttl 24h]  mint a client token
   token revoke <user>            revoke the user's tokens (kicks them)
@@ -211,6 +211,14 @@ func (c *ctl) emit(v any, header []string, rows [][]string) error {
 	return tw.Flush()
 }
 
+// dash shows an unknown value as "-" in a table.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func msTime(ms int64) string {
 	if ms == 0 {
 		return "-"
@@ -226,6 +234,7 @@ type Gate struct {
 	StartedAtMs   int64    `json:"started_at_ms"`
 	Connections   uint64   `json:"connections"`
 	Authenticated uint64   `json:"authenticated"`
+	Version       string   `json:"version"`
 	Error         string   `json:"error,omitempty"`
 }
 
@@ -237,7 +246,7 @@ func (c *ctl) listGates(ctx context.Context, api logicv1.ApiClient) ([]Gate, err
 	gates := make([]Gate, 0, len(r.GetGates()))
 	for _, g := range r.GetGates() {
 		gates = append(gates, Gate{GateID: g.GetGateId(), ClientAddrs: g.GetClientAddrs(), PushAddr: g.GetPushAddr(),
-			StartedAtMs: g.GetStartedAtMs(), Connections: g.GetConnections(), Authenticated: g.GetAuthenticated(), Error: g.GetError()})
+			StartedAtMs: g.GetStartedAtMs(), Connections: g.GetConnections(), Authenticated: g.GetAuthenticated(), Version: g.GetVersion(), Error: g.GetError()})
 	}
 	return gates, nil
 }
@@ -257,10 +266,10 @@ func (c *ctl) gates(ctx context.Context, args []string) error {
 	}
 	rows := make([][]string, 0, len(gates))
 	for _, g := range gates {
-		rows = append(rows, []string{g.GateID, strconv.FormatUint(g.Connections, 10), strconv.FormatUint(g.Authenticated, 10),
+		rows = append(rows, []string{g.GateID, dash(g.Version), strconv.FormatUint(g.Connections, 10), strconv.FormatUint(g.Authenticated, 10),
 			msTime(g.StartedAtMs), strings.Join(g.ClientAddrs, ","), g.PushAddr, g.Error})
 	}
-	return c.emit(gates, []string{"GATE", "CONNECTIONS", "AUTHENTICATED", "STARTED", "CLIENT_ADDRS", "PUSH_ADDR", "ERROR"}, rows)
+	return c.emit(gates, []string{"GATE", "VERSION", "CONNECTIONS", "AUTHENTICATED", "STARTED", "CLIENT_ADDRS", "PUSH_ADDR", "ERROR"}, rows)
 }
 
 // Device is one online device of a user, a row of "where".
@@ -270,6 +279,8 @@ type Device struct {
 	GateID   string `json:"gate_id"`
 	ConnID   uint64 `json:"conn_id"`
 	SinceMs  int64  `json:"since_ms"`
+	// RealIP is the client's address as its gate saw it; empty when unknown.
+	RealIP string `json:"real_ip"`
 }
 
 func presence(ctx context.Context, c *ctl, api logicv1.ApiClient, user int64) ([]Device, error) {
@@ -280,7 +291,7 @@ func presence(ctx context.Context, c *ctl, api logicv1.ApiClient, user int64) ([
 	devs := []Device{}
 	for _, u := range r.GetUsers() {
 		for _, d := range u.GetDevices() {
-			devs = append(devs, Device{UserID: u.GetUserId(), DeviceID: d.GetDeviceId(), GateID: d.GetGateId(), ConnID: d.GetConnId(), SinceMs: d.GetSinceMs()})
+			devs = append(devs, Device{UserID: u.GetUserId(), DeviceID: d.GetDeviceId(), GateID: d.GetGateId(), ConnID: d.GetConnId(), SinceMs: d.GetSinceMs(), RealIP: d.GetRealIp()})
 		}
 	}
 	return devs, nil
@@ -305,9 +316,9 @@ func (c *ctl) where(ctx context.Context, args []string) error {
 	}
 	rows := make([][]string, 0, len(devs))
 	for _, d := range devs {
-		rows = append(rows, []string{strconv.FormatInt(d.UserID, 10), d.DeviceID, d.GateID, strconv.FormatUint(d.ConnID, 10), msTime(d.SinceMs)})
+		rows = append(rows, []string{strconv.FormatInt(d.UserID, 10), d.DeviceID, d.GateID, strconv.FormatUint(d.ConnID, 10), msTime(d.SinceMs), dash(d.RealIP)})
 	}
-	return c.emit(devs, []string{"USER", "DEVICE", "GATE", "CONN", "SINCE"}, rows)
+	return c.emit(devs, []string{"USER", "DEVICE", "GATE", "CONN", "SINCE", "REAL_IP"}, rows)
 }
 
 // KickResult is the answer of "kick".

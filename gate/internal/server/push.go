@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sparkim/spark/pkg/buildversion"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -226,5 +227,6 @@ func (p *pushService) Stats(context.Context, *gatev1.StatsRequest) (*gatev1.Stat
 		FramesOut:     m.FramesOut.Load(),
 		PushesDropped: m.PushesDropped.Load(),
 		BusyRejects:   m.BusyRejects.Load(),
+		Version:       buildversion.String(),
 	}, nil
 }

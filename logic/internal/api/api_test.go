@@ -197,10 +197,16 @@ func (e *env) users(t *testing.T, n int) []int64 {
 	return ids
 }
 
-// online puts a route for (uid, device) on the fake gate.
+// online puts a route for (uid, device) on the fake gate; an odd conn's
+// route carries a real IP (198.51.100.conn), an even one's is written the
+// way logic wrote it before it recorded the IP.
 func (e *env) connect(t *testing.T, uid int64, device string, conn uint64) {
 	t.Helper()
-	v := route.Entry{GateID: e.gate.id, ConnID: conn, SinceMs: 1700000000000 + int64(conn)}.String()
+	entry := route.Entry{GateID: e.gate.id, ConnID: conn, SinceMs: 1700000000000 + int64(conn)}
+	if conn%2 == 1 {
+		entry.RealIP = fmt.Sprintf("198.51.100.%d", conn)
+	}
+	v := entry.String()
 	if err := e.rdb.HSet(context.Background(), rediskey.Route(uid), device, v).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -825,8 +831,11 @@ func TestOnline(t *testing.T) {
 	if len(pr.Users) != 3 || pr.Users[0].UserId != a || len(pr.Users[0].Devices) != 2 || len(pr.Users[1].Devices) != 0 || len(pr.Users[2].Devices) != 1 {
 		t.Fatalf("presence %+v", pr)
 	}
-	if d := pr.Users[0].Devices[0]; d.DeviceId != "phone" || d.GateId != e.gate.id || d.ConnId != 1 || d.SinceMs != 1700000000001 {
+	if d := pr.Users[0].Devices[0]; d.DeviceId != "phone" || d.GateId != e.gate.id || d.ConnId != 1 || d.SinceMs != 1700000000001 || d.RealIp != "198.51.100.1" {
 		t.Fatalf("device %+v", d)
+	}
+	if d := pr.Users[0].Devices[1]; d.DeviceId != "web" || d.ConnId != 2 || d.RealIp != "" {
+		t.Fatalf("device with a route entry written without its real IP: %+v", d)
 	}
 
 	rep, err := e.api.PushToUsers(ctx, &logicv1.PushToUsersRequest{UserIds: []int64{a, offline}, Payload: `{"kind":"typing"}`})

@@ -28,7 +28,7 @@ func (s *Server) GetPresence(ctx context.Context, req *logicv1.GetPresenceReques
 		seen[u] = true
 		p := &logicv1.Presence{UserId: u}
 		for _, d := range devs[u] {
-			p.Devices = append(p.Devices, &logicv1.Device{DeviceId: d.DeviceID, GateId: d.GateID, ConnId: d.ConnID, SinceMs: d.SinceMs})
+			p.Devices = append(p.Devices, &logicv1.Device{DeviceId: d.DeviceID, GateId: d.GateID, ConnId: d.ConnID, SinceMs: d.SinceMs, RealIp: d.RealIP})
 		}
 		out.Users = append(out.Users, p)
 	}
@@ -52,7 +52,7 @@ func (s *Server) ListGates(ctx context.Context, _ *logicv1.ListGatesRequest) (*l
 func gateOf(g online.Gate) *logicv1.GateInfo {
 	return &logicv1.GateInfo{
 		GateId: g.ID, ClientAddrs: g.ClientAddrs, PushAddr: g.PushAddr, StartedAtMs: g.StartedAtMs,
-		Connections: g.Connections, Authenticated: g.Authenticated, Error: g.Err,
+		Connections: g.Connections, Authenticated: g.Authenticated, Error: g.Err, Version: g.Version,
 	}
 }
 
@@ -65,6 +65,7 @@ type GateJSON struct {
 	StartedAtMs   int64    `json:"started_at_ms"`
 	Connections   uint64   `json:"connections"`
 	Authenticated uint64   `json:"authenticated"`
+	Version       string   `json:"version"`
 	Error         string   `json:"error,omitempty"`
 }
 
@@ -88,7 +89,7 @@ func GatesHandler(o *online.Service) http.Handler {
 			}
 			out.Gates = append(out.Gates, GateJSON{
 				GateID: g.ID, ClientAddrs: addrs, PushAddr: g.PushAddr, StartedAtMs: g.StartedAtMs,
-				Connections: g.Connections, Authenticated: g.Authenticated, Error: g.Err,
+				Connections: g.Connections, Authenticated: g.Authenticated, Error: g.Err, Version: g.Version,
 			})
 		}
 		w.Header().Set("Content-Type", "application/json")

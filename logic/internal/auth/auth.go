@@ -158,7 +158,7 @@ func (s *Service) Auth(ctx context.Context, conn Conn, req Credentials) (*logicv
 	}
 
 	since := now.UnixMilli()
-	entry := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: since}
+	entry := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: since, RealIP: conn.RealIP}
 	old, routes, err := swapRoute(ctx, s.rdb, claims.UserID, req.DeviceID, entry.String())
 	if err != nil {
 		return nil, nil, errcode.Wrap(errcode.Busy, "", err)
@@ -232,7 +232,7 @@ func (s *Service) Closed(ctx context.Context, conn Conn, sess *logicv1.Session) 
 	if sess == nil || sess.UserId <= 0 || sess.DeviceId == "" {
 		return nil
 	}
-	v := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: sess.SinceMs}.String()
+	v := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: sess.SinceMs}.Key()
 	left, err := closeScript.Run(ctx, s.rdb, []string{rediskey.Route(sess.UserId)}, sess.DeviceId, v).Int()
 	if err != nil {
 		return err

@@ -47,6 +47,9 @@ type Device struct {
 	GateID   string
 	ConnID   uint64
 	SinceMs  int64
+	// RealIP is the client's address as its gate saw it; empty when the
+	// route entry predates it or was restored by Rebind.
+	RealIP string
 }
 
 // PushResult sums what the gates reported for a push or a broadcast.
@@ -62,6 +65,8 @@ type PushResult struct {
 type Gate struct {
 	gatepush.Gate
 	Connections, Authenticated uint64
+	// Version is the gate's build version from its Stats.
+	Version string
 	// Err is why the counters could not be read (empty when they were).
 	Err string
 }
@@ -139,7 +144,7 @@ func (s *Service) devices(ctx context.Context, uids []int64) (map[int64][]Device
 				s.log.Warn("malformed route value", zap.Int64("user_id", u), zap.String("device_id", dev), zap.Error(err))
 				continue
 			}
-			out[u] = append(out[u], Device{DeviceID: dev, GateID: e.GateID, ConnID: e.ConnID, SinceMs: e.SinceMs})
+			out[u] = append(out[u], Device{DeviceID: dev, GateID: e.GateID, ConnID: e.ConnID, SinceMs: e.SinceMs, RealIP: e.RealIP})
 		}
 		slices.SortFunc(out[u], func(a, b Device) int {
 			if a.DeviceID < b.DeviceID {
@@ -367,7 +372,7 @@ func (s *Service) Gates(ctx context.Context) ([]Gate, error) {
 				out[i].Err = err.Error()
 				return
 			}
-			out[i].Connections, out[i].Authenticated = st.GetConnections(), st.GetAuthenticated()
+			out[i].Connections, out[i].Authenticated, out[i].Version = st.GetConnections(), st.GetAuthenticated(), st.GetVersion()
 		}()
 	}
 	wg.Wait()

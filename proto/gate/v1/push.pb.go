@@ -564,6 +564,8 @@ type StatsReply struct {
 	FramesOut     uint64                 `protobuf:"varint,5,opt,name=frames_out,json=framesOut,proto3" json:"frames_out,omitempty"`
 	PushesDropped uint64                 `protobuf:"varint,6,opt,name=pushes_dropped,json=pushesDropped,proto3" json:"pushes_dropped,omitempty"`
 	BusyRejects   uint64                 `protobuf:"varint,7,opt,name=busy_rejects,json=busyRejects,proto3" json:"busy_rejects,omitempty"`
+	// version is the gate's build version (decision 87).
+	Version       string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -647,6 +649,13 @@ func (x *StatsReply) GetBusyRejects() uint64 {
 	return 0
 }
 
+func (x *StatsReply) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
+}
+
 var File_gate_v1_push_proto protoreflect.FileDescriptor
 
 const file_gate_v1_push_proto_rawDesc = "" +
@@ -681,7 +690,7 @@ const file_gate_v1_push_proto_rawDesc = "" +
 	"\x0eBroadcastReply\x12\x1c\n" +
 	"\tdelivered\x18\x01 \x01(\rR\tdelivered\x12\x18\n" +
 	"\adropped\x18\x02 \x01(\rR\adropped\"\x0e\n" +
-	"\fStatsRequest\"\xf3\x01\n" +
+	"\fStatsRequest\"\x8d\x02\n" +
 	"\n" +
 	"StatsReply\x12\x17\n" +
 	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12 \n" +
@@ -691,7 +700,8 @@ const file_gate_v1_push_proto_rawDesc = "" +
 	"\n" +
 	"frames_out\x18\x05 \x01(\x04R\tframesOut\x12%\n" +
 	"\x0epushes_dropped\x18\x06 \x01(\x04R\rpushesDropped\x12!\n" +
-	"\fbusy_rejects\x18\a \x01(\x04R\vbusyRejects2\xa1\x02\n" +
+	"\fbusy_rejects\x18\a \x01(\x04R\vbusyRejects\x12\x18\n" +
+	"\aversion\x18\b \x01(\tR\aversion2\xa1\x02\n" +
 	"\x04Push\x120\n" +
 	"\x04Push\x12\x14.gate.v1.PushRequest\x1a\x12.gate.v1.PushReply\x12?\n" +
 	"\tPushBatch\x12\x19.gate.v1.PushBatchRequest\x1a\x17.gate.v1.PushBatchReply\x120\n" +

@@ -2765,11 +2765,14 @@ func (x *GetPresenceRequest) GetUserIds() []int64 {
 }
 
 type Device struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	DeviceId      string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
-	GateId        string                 `protobuf:"bytes,2,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
-	ConnId        uint64                 `protobuf:"varint,3,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
-	SinceMs       int64                  `protobuf:"varint,4,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	DeviceId string                 `protobuf:"bytes,1,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	GateId   string                 `protobuf:"bytes,2,opt,name=gate_id,json=gateId,proto3" json:"gate_id,omitempty"`
+	ConnId   uint64                 `protobuf:"varint,3,opt,name=conn_id,json=connId,proto3" json:"conn_id,omitempty"`
+	SinceMs  int64                  `protobuf:"varint,4,opt,name=since_ms,json=sinceMs,proto3" json:"since_ms,omitempty"`
+	// real_ip is the client's address as its gate saw it (PROXY-aware);
+	// empty when unknown (a route written before it was recorded).
+	RealIp        string `protobuf:"bytes,5,opt,name=real_ip,json=realIp,proto3" json:"real_ip,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2830,6 +2833,13 @@ func (x *Device) GetSinceMs() int64 {
 		return x.SinceMs
 	}
 	return 0
+}
+
+func (x *Device) GetRealIp() string {
+	if x != nil {
+		return x.RealIp
+	}
+	return ""
 }
 
 type Presence struct {
@@ -2976,7 +2986,9 @@ type GateInfo struct {
 	Connections   uint64   `protobuf:"varint,5,opt,name=connections,proto3" json:"connections,omitempty"`
 	Authenticated uint64   `protobuf:"varint,6,opt,name=authenticated,proto3" json:"authenticated,omitempty"`
 	// error is set when the gate's Stats could not be read.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// version is the gate's build version as it reports it in Stats.
+	Version       string `protobuf:"bytes,8,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3056,6 +3068,13 @@ func (x *GateInfo) GetAuthenticated() uint64 {
 func (x *GateInfo) GetError() string {
 	if x != nil {
 		return x.Error
+	}
+	return ""
+}
+
+func (x *GateInfo) GetVersion() string {
+	if x != nil {
+		return x.Version
 	}
 	return ""
 }
@@ -4408,18 +4427,19 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\adropped\x18\x02 \x01(\rR\adropped\x12!\n" +
 	"\ffailed_gates\x18\x03 \x03(\tR\vfailedGates\"/\n" +
 	"\x12GetPresenceRequest\x12\x19\n" +
-	"\buser_ids\x18\x01 \x03(\x03R\auserIds\"r\n" +
+	"\buser_ids\x18\x01 \x03(\x03R\auserIds\"\x8b\x01\n" +
 	"\x06Device\x12\x1b\n" +
 	"\tdevice_id\x18\x01 \x01(\tR\bdeviceId\x12\x17\n" +
 	"\agate_id\x18\x02 \x01(\tR\x06gateId\x12\x17\n" +
 	"\aconn_id\x18\x03 \x01(\x04R\x06connId\x12\x19\n" +
-	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\"O\n" +
+	"\bsince_ms\x18\x04 \x01(\x03R\asinceMs\x12\x17\n" +
+	"\areal_ip\x18\x05 \x01(\tR\x06realIp\"O\n" +
 	"\bPresence\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12*\n" +
 	"\adevices\x18\x02 \x03(\v2\x10.logic.v1.DeviceR\adevices\"<\n" +
 	"\x10GetPresenceReply\x12(\n" +
 	"\x05users\x18\x01 \x03(\v2\x12.logic.v1.PresenceR\x05users\"\x12\n" +
-	"\x10ListGatesRequest\"\xe5\x01\n" +
+	"\x10ListGatesRequest\"\xff\x01\n" +
 	"\bGateInfo\x12\x17\n" +
 	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12!\n" +
 	"\fclient_addrs\x18\x02 \x03(\tR\vclientAddrs\x12\x1b\n" +
@@ -4427,7 +4447,8 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\rstarted_at_ms\x18\x04 \x01(\x03R\vstartedAtMs\x12 \n" +
 	"\vconnections\x18\x05 \x01(\x04R\vconnections\x12$\n" +
 	"\rauthenticated\x18\x06 \x01(\x04R\rauthenticated\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\":\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12\x18\n" +
+	"\aversion\x18\b \x01(\tR\aversion\":\n" +
 	"\x0eListGatesReply\x12(\n" +
 	"\x05gates\x18\x01 \x03(\v2\x12.logic.v1.GateInfoR\x05gates\"\xcc\x01\n" +
 	"\x18RegisterPushTokenRequest\x12\x17\n" +
