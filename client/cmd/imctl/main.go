@@ -1,8 +1,6 @@
 // Command imctl is the operator's CLI. It reads the cluster through the
 // business API (logic.v1.Api on logic.grpc_addr, with an x-api-key) and
-// the processes' admin HTTP ports, and kicks through the gates' Push
-// service (the business API has no kick of its own; the gate checks the
-// cluster secret). Output is a table, or JSON with -o json (the field
+// the processes' admin HTTP ports. Output is a table, or JSON with -o json (the field
 // names are stable: scripts may rely on them).
 //
 //	imctl [-config im.yaml] [-api 127.0.0.1:9000] [-api-key KEY] [-o json] <command>
@@ -17,8 +15,7 @@
 //
 // Defaults come from the config file (and its IM_* environment
 // overrides, as for every process): -api from logic.grpc_addr, -api-key
-// from the first of logic.api_keys, the cluster secret from
-// cluster.secret, -deliver-admin from deliver.admin_addr.
+// from the first of logic.api_keys, -deliver-admin from deliver.admin_addr.
 package main
 
 import (
@@ -38,9 +35,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/config"
-	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -327,13 +322,12 @@ type KickResult struct {
 	DeviceID string `json:"device_id,omitempty"`
 	Reason   string `json:"reason"`
 	Kicked   uint32 `json:"kicked"`
-	// FailedGates names gates whose Push service could not be reached.
-	FailedGates []string `json:"failed_gates"`
 }
 
-// kick finds the user's connections in presence and asks each one's gate
-// to KICK and close them. The gate matches user and device as well as
-// the connection id, so a stale presence entry never kicks someone else.
+// kick calls the business API's KickUser: logic finds the user's
+// connections and has each one's gate KICK and close them. A gate that
+// cannot be reached fails the call (50301), and running it again kicks
+// what is left.
 func (c *ctl) kick(ctx context.Context, args []string) error {
 	fs := subFlags("kick")
 	reason := fs.String("reason", "kicked", "KICK reason the client sees")
@@ -348,7 +342,7 @@ func (c *ctl) kick(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	res := KickResult{UserID: user, Reason: *reason, FailedGates: []string{}}
+	res := KickResult{UserID: user, Reason: *reason}
 	if len(pos) == 2 {
 		res.DeviceID = pos[1]
 	}
@@ -357,60 +351,13 @@ func (c *ctl) kick(ctx context.Context, args []string) error {
 		return err
 	}
 	defer done()
-	devs, err := presence(ctx, c, api, user)
+	r, err := api.KickUser(c.keyed(ctx), &logicv1.KickUserRequest{UserId: user, DeviceId: res.DeviceID, Reason: res.Reason})
 	if err != nil {
-		return err
+		return fmt.Errorf("KickUser: %w", err)
 	}
-	gates, err := c.listGates(ctx, api)
-	if err != nil {
-		return err
-	}
-	pushAddr := map[string]string{}
-	for _, g := range gates {
-		pushAddr[g.GateID] = g.PushAddr
-	}
-	byGate := map[string][]*gatev1.Target{}
-	for _, d := range devs {
-		if res.DeviceID == "" || d.DeviceID == res.DeviceID {
-			byGate[d.GateID] = append(byGate[d.GateID], &gatev1.Target{ConnId: d.ConnID, UserId: d.UserID, DeviceId: d.DeviceID})
-		}
-	}
-	for gate, targets := range byGate {
-		n, err := c.kickOn(ctx, pushAddr[gate], targets, res.Reason)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "imctl: kick on gate %s: %v\n", gate, err)
-			res.FailedGates = append(res.FailedGates, gate)
-			continue
-		}
-		res.Kicked += n
-	}
-	rows := [][]string{{strconv.FormatInt(user, 10), res.DeviceID, strconv.FormatUint(uint64(res.Kicked), 10), strings.Join(res.FailedGates, ",")}}
-	if err := c.emit(res, []string{"USER", "DEVICE", "KICKED", "FAILED_GATES"}, rows); err != nil {
-		return err
-	}
-	if len(res.FailedGates) > 0 {
-		return fmt.Errorf("%d gates could not be reached", len(res.FailedGates))
-	}
-	return nil
-}
-
-func (c *ctl) kickOn(ctx context.Context, addr string, targets []*gatev1.Target, reason string) (uint32, error) {
-	if addr == "" {
-		return 0, errors.New("the gate is not in ListGates (gone?)")
-	}
-	if err := config.RequireSecret("cluster.secret", c.cfg.Cluster.Secret); err != nil {
-		return 0, err
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), clusterauth.Credentials(c.cfg.Cluster.Secret))
-	if err != nil {
-		return 0, fmt.Errorf("dial %s: %w", addr, err)
-	}
-	defer func() { _ = cc.Close() }()
-	r, err := gatev1.NewPushClient(cc).Kick(ctx, &gatev1.KickRequest{Targets: targets, Reason: reason})
-	if err != nil {
-		return 0, fmt.Errorf("Kick: %w", err)
-	}
-	return r.GetKicked(), nil
+	res.Kicked = r.GetKicked()
+	rows := [][]string{{strconv.FormatInt(user, 10), res.DeviceID, strconv.FormatUint(uint64(res.Kicked), 10)}}
+	return c.emit(res, []string{"USER", "DEVICE", "KICKED"}, rows)
 }
 
 // Token is the answer of "token issue".

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -305,6 +306,7 @@ func TestAPIKeyOnEveryCall(t *testing.T) {
 			"SendMessage": func() error { _, err := e.api.SendMessage(ctx, &logicv1.SendMessageRequest{}); return err },
 			"Broadcast":   func() error { _, err := e.api.Broadcast(ctx, &logicv1.BroadcastRequest{Payload: "{}"}); return err },
 			"ListGates":   func() error { _, err := e.api.ListGates(ctx, &logicv1.ListGatesRequest{}); return err },
+			"KickUser":    func() error { _, err := e.api.KickUser(ctx, &logicv1.KickUserRequest{UserId: 1}); return err },
 			"RevokeTokens": func() error {
 				_, err := e.api.RevokeTokens(ctx, &logicv1.RevokeTokensRequest{UserId: 1})
 				return err
@@ -927,5 +929,68 @@ func TestGetHistoryPageIsNotBoundByTheClientFrame(t *testing.T) {
 		if m.Content != content || m.Status != protocol.StatusNormal {
 			t.Fatalf("message %d: status %d, content of %d bytes", m.MsgId, m.Status, len(m.Content))
 		}
+	}
+}
+
+// KickUser kicks every device of the user or only the one named, with
+// the reason given ("kicked" when none), and refuses bad fields before
+// kicking anyone.
+func TestKickUser(t *testing.T) {
+	e := newEnv(t)
+	ctx := e.key
+	for _, tc := range []struct {
+		name       string
+		device     string
+		reason     string
+		wantReason string
+		wantConns  []uint64
+	}{
+		{"every device, default reason", "", "", "kicked", []uint64{21, 22}},
+		{"one device, own reason", "pad", "account under review", "account under review", []uint64{22}},
+		{"a device that is not online", "watch", "", "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			uid := testenv.RandomUserID()
+			e.connect(t, uid, "phone", 21)
+			e.connect(t, uid, "pad", 22)
+			e.gate.mu.Lock()
+			before := len(e.gate.kicks)
+			e.gate.mu.Unlock()
+			rep, err := e.api.KickUser(ctx, &logicv1.KickUserRequest{UserId: uid, DeviceId: tc.device, Reason: tc.reason})
+			if err != nil || rep.Kicked != uint32(len(tc.wantConns)) {
+				t.Fatalf("KickUser: %+v (%v), want %d kicked", rep, err, len(tc.wantConns))
+			}
+			e.gate.mu.Lock()
+			kicks := e.gate.kicks[before:]
+			e.gate.mu.Unlock()
+			if len(tc.wantConns) == 0 {
+				if len(kicks) != 0 {
+					t.Fatalf("kicks %+v, want none", kicks)
+				}
+				return
+			}
+			if len(kicks) != 1 || kicks[0].Reason != tc.wantReason || len(kicks[0].Targets) != len(tc.wantConns) {
+				t.Fatalf("kicks %+v, want one with reason %q", kicks, tc.wantReason)
+			}
+			for _, tg := range kicks[0].Targets {
+				if tg.UserId != uid || !slices.Contains(tc.wantConns, tg.ConnId) {
+					t.Fatalf("kick target %+v, want one of %v", tg, tc.wantConns)
+				}
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		req   *logicv1.KickUserRequest
+		field string
+	}{
+		{"no user", &logicv1.KickUserRequest{}, "user_id"},
+		{"bad device", &logicv1.KickUserRequest{UserId: 1, DeviceId: "a b"}, "device_id"},
+		{"long reason", &logicv1.KickUserRequest{UserId: 1, Reason: strings.Repeat("r", 65)}, "reason"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := e.api.KickUser(ctx, tc.req)
+			wantCode(t, err, codes.InvalidArgument, tc.field)
+		})
 	}
 }

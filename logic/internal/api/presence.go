@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"unicode/utf8"
+
+	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/online"
+	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -95,4 +99,31 @@ func GatesHandler(o *online.Service) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(out)
 	})
+}
+
+// maxKickReason bounds KickUser's reason, as AUTH bounds its labels.
+const maxKickReason = 64
+
+// KickUser kicks every live connection of the user, or of one device,
+// with the reason the client sees in KICK.
+func (s *Server) KickUser(ctx context.Context, req *logicv1.KickUserRequest) (*logicv1.KickUserReply, error) {
+	if err := positive("user_id", req.UserId); err != nil {
+		return nil, err
+	}
+	if req.DeviceId != "" && !protocol.ValidDeviceID(req.DeviceId) {
+		return nil, invalid("device_id", "must be 1-64 of [A-Za-z0-9._-]")
+	}
+	if len(req.Reason) > maxKickReason || !utf8.ValidString(req.Reason) {
+		return nil, invalid("reason", "at most 64 bytes of UTF-8")
+	}
+	reason := req.Reason
+	if reason == "" {
+		reason = "kicked"
+	}
+	n, err := s.online.Kick(ctx, req.UserId, req.DeviceId, reason)
+	if err != nil {
+		return nil, s.statusOf("KickUser", err)
+	}
+	s.log.Info("user kicked", zap.Int64("user_id", req.UserId), zap.String("device_id", req.DeviceId), zap.String("reason", reason), zap.Int("kicked", n))
+	return &logicv1.KickUserReply{Kicked: uint32(n)}, nil
 }

@@ -211,12 +211,20 @@ func (s *Service) eachGate(ctx context.Context, gates []string, fn func(ctx cont
 // route naming a gate that is gone is skipped (its connections died with
 // it); a gate that could not be reached is 50301, so the caller retries.
 func (s *Service) KickUser(ctx context.Context, uid int64, reason string) (int, error) {
+	return s.Kick(ctx, uid, "", reason)
+}
+
+// Kick is KickUser limited to one device when deviceID is set.
+func (s *Service) Kick(ctx context.Context, uid int64, deviceID, reason string) (int, error) {
 	if uid <= 0 {
 		return 0, errcode.Invalid("user_id", "must be a positive id")
 	}
 	devs, err := s.devices(ctx, []int64{uid})
 	if err != nil {
 		return 0, err
+	}
+	if deviceID != "" {
+		devs[uid] = slices.DeleteFunc(devs[uid], func(d Device) bool { return d.DeviceID != deviceID })
 	}
 	targets := byGate(devs)
 	var mu sync.Mutex

@@ -2939,6 +2939,114 @@ func (x *GetPresenceReply) GetUsers() []*Presence {
 	return nil
 }
 
+type KickUserRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// device_id limits the kick to that device; empty kicks every device.
+	DeviceId string `protobuf:"bytes,2,opt,name=device_id,json=deviceId,proto3" json:"device_id,omitempty"`
+	// reason is the KICK reason the client sees, at most 64 bytes;
+	// empty sends "kicked".
+	Reason        string `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KickUserRequest) Reset() {
+	*x = KickUserRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KickUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KickUserRequest) ProtoMessage() {}
+
+func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KickUserRequest.ProtoReflect.Descriptor instead.
+func (*KickUserRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *KickUserRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *KickUserRequest) GetDeviceId() string {
+	if x != nil {
+		return x.DeviceId
+	}
+	return ""
+}
+
+func (x *KickUserRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type KickUserReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// kicked counts the live connections kicked.
+	Kicked        uint32 `protobuf:"varint,1,opt,name=kicked,proto3" json:"kicked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KickUserReply) Reset() {
+	*x = KickUserReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KickUserReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KickUserReply) ProtoMessage() {}
+
+func (x *KickUserReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KickUserReply.ProtoReflect.Descriptor instead.
+func (*KickUserReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *KickUserReply) GetKicked() uint32 {
+	if x != nil {
+		return x.Kicked
+	}
+	return 0
+}
+
 type ListGatesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2947,7 +3055,7 @@ type ListGatesRequest struct {
 
 func (x *ListGatesRequest) Reset() {
 	*x = ListGatesRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[45]
+	mi := &file_logic_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2959,7 +3067,7 @@ func (x *ListGatesRequest) String() string {
 func (*ListGatesRequest) ProtoMessage() {}
 
 func (x *ListGatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[45]
+	mi := &file_logic_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2972,7 +3080,7 @@ func (x *ListGatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatesRequest.ProtoReflect.Descriptor instead.
 func (*ListGatesRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 type GateInfo struct {
@@ -2995,7 +3103,7 @@ type GateInfo struct {
 
 func (x *GateInfo) Reset() {
 	*x = GateInfo{}
-	mi := &file_logic_v1_api_proto_msgTypes[46]
+	mi := &file_logic_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3007,7 +3115,7 @@ func (x *GateInfo) String() string {
 func (*GateInfo) ProtoMessage() {}
 
 func (x *GateInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[46]
+	mi := &file_logic_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3020,7 +3128,7 @@ func (x *GateInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateInfo.ProtoReflect.Descriptor instead.
 func (*GateInfo) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GateInfo) GetGateId() string {
@@ -3088,7 +3196,7 @@ type ListGatesReply struct {
 
 func (x *ListGatesReply) Reset() {
 	*x = ListGatesReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[47]
+	mi := &file_logic_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3208,7 @@ func (x *ListGatesReply) String() string {
 func (*ListGatesReply) ProtoMessage() {}
 
 func (x *ListGatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[47]
+	mi := &file_logic_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3221,7 @@ func (x *ListGatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatesReply.ProtoReflect.Descriptor instead.
 func (*ListGatesReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListGatesReply) GetGates() []*GateInfo {
@@ -3142,7 +3250,7 @@ type RegisterPushTokenRequest struct {
 
 func (x *RegisterPushTokenRequest) Reset() {
 	*x = RegisterPushTokenRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[48]
+	mi := &file_logic_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3154,7 +3262,7 @@ func (x *RegisterPushTokenRequest) String() string {
 func (*RegisterPushTokenRequest) ProtoMessage() {}
 
 func (x *RegisterPushTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[48]
+	mi := &file_logic_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3167,7 +3275,7 @@ func (x *RegisterPushTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPushTokenRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPushTokenRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *RegisterPushTokenRequest) GetUserId() int64 {
@@ -3229,7 +3337,7 @@ type UnregisterPushTokenRequest struct {
 
 func (x *UnregisterPushTokenRequest) Reset() {
 	*x = UnregisterPushTokenRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[49]
+	mi := &file_logic_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3349,7 @@ func (x *UnregisterPushTokenRequest) String() string {
 func (*UnregisterPushTokenRequest) ProtoMessage() {}
 
 func (x *UnregisterPushTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[49]
+	mi := &file_logic_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3362,7 @@ func (x *UnregisterPushTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterPushTokenRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterPushTokenRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *UnregisterPushTokenRequest) GetUserId() int64 {
@@ -3281,7 +3389,7 @@ type PushTokenReply struct {
 
 func (x *PushTokenReply) Reset() {
 	*x = PushTokenReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[50]
+	mi := &file_logic_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3401,7 @@ func (x *PushTokenReply) String() string {
 func (*PushTokenReply) ProtoMessage() {}
 
 func (x *PushTokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[50]
+	mi := &file_logic_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3414,7 @@ func (x *PushTokenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushTokenReply.ProtoReflect.Descriptor instead.
 func (*PushTokenReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PushTokenReply) GetRegistered() bool {
@@ -3328,7 +3436,7 @@ type PushSettings struct {
 
 func (x *PushSettings) Reset() {
 	*x = PushSettings{}
-	mi := &file_logic_v1_api_proto_msgTypes[51]
+	mi := &file_logic_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3340,7 +3448,7 @@ func (x *PushSettings) String() string {
 func (*PushSettings) ProtoMessage() {}
 
 func (x *PushSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[51]
+	mi := &file_logic_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3353,7 +3461,7 @@ func (x *PushSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushSettings.ProtoReflect.Descriptor instead.
 func (*PushSettings) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PushSettings) GetUserId() int64 {
@@ -3379,7 +3487,7 @@ type GetPushSettingsRequest struct {
 
 func (x *GetPushSettingsRequest) Reset() {
 	*x = GetPushSettingsRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[52]
+	mi := &file_logic_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3391,7 +3499,7 @@ func (x *GetPushSettingsRequest) String() string {
 func (*GetPushSettingsRequest) ProtoMessage() {}
 
 func (x *GetPushSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[52]
+	mi := &file_logic_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3404,7 +3512,7 @@ func (x *GetPushSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPushSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetPushSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GetPushSettingsRequest) GetUserId() int64 {
@@ -3429,7 +3537,7 @@ type CreateWebhookEndpointRequest struct {
 
 func (x *CreateWebhookEndpointRequest) Reset() {
 	*x = CreateWebhookEndpointRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[53]
+	mi := &file_logic_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3441,7 +3549,7 @@ func (x *CreateWebhookEndpointRequest) String() string {
 func (*CreateWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[53]
+	mi := &file_logic_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3454,7 +3562,7 @@ func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *CreateWebhookEndpointRequest) GetUrl() string {
@@ -3501,7 +3609,7 @@ type WebhookEndpoint struct {
 
 func (x *WebhookEndpoint) Reset() {
 	*x = WebhookEndpoint{}
-	mi := &file_logic_v1_api_proto_msgTypes[54]
+	mi := &file_logic_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3513,7 +3621,7 @@ func (x *WebhookEndpoint) String() string {
 func (*WebhookEndpoint) ProtoMessage() {}
 
 func (x *WebhookEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[54]
+	mi := &file_logic_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3526,7 +3634,7 @@ func (x *WebhookEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookEndpoint.ProtoReflect.Descriptor instead.
 func (*WebhookEndpoint) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WebhookEndpoint) GetEndpointId() int64 {
@@ -3621,7 +3729,7 @@ type ListWebhookEndpointsRequest struct {
 
 func (x *ListWebhookEndpointsRequest) Reset() {
 	*x = ListWebhookEndpointsRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[55]
+	mi := &file_logic_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3633,7 +3741,7 @@ func (x *ListWebhookEndpointsRequest) String() string {
 func (*ListWebhookEndpointsRequest) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[55]
+	mi := &file_logic_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3646,7 +3754,7 @@ func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 type ListWebhookEndpointsReply struct {
@@ -3658,7 +3766,7 @@ type ListWebhookEndpointsReply struct {
 
 func (x *ListWebhookEndpointsReply) Reset() {
 	*x = ListWebhookEndpointsReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[56]
+	mi := &file_logic_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3670,7 +3778,7 @@ func (x *ListWebhookEndpointsReply) String() string {
 func (*ListWebhookEndpointsReply) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[56]
+	mi := &file_logic_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3683,7 +3791,7 @@ func (x *ListWebhookEndpointsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsReply.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListWebhookEndpointsReply) GetEndpoints() []*WebhookEndpoint {
@@ -3702,7 +3810,7 @@ type WebhookEndpointRef struct {
 
 func (x *WebhookEndpointRef) Reset() {
 	*x = WebhookEndpointRef{}
-	mi := &file_logic_v1_api_proto_msgTypes[57]
+	mi := &file_logic_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3714,7 +3822,7 @@ func (x *WebhookEndpointRef) String() string {
 func (*WebhookEndpointRef) ProtoMessage() {}
 
 func (x *WebhookEndpointRef) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[57]
+	mi := &file_logic_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3727,7 +3835,7 @@ func (x *WebhookEndpointRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookEndpointRef.ProtoReflect.Descriptor instead.
 func (*WebhookEndpointRef) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WebhookEndpointRef) GetEndpointId() int64 {
@@ -3748,7 +3856,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[58]
+	mi := &file_logic_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3760,7 +3868,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[58]
+	mi := &file_logic_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3773,7 +3881,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *RotateWebhookSecretRequest) GetEndpointId() int64 {
@@ -3802,7 +3910,7 @@ type ReplayWebhookEndpointRequest struct {
 
 func (x *ReplayWebhookEndpointRequest) Reset() {
 	*x = ReplayWebhookEndpointRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[59]
+	mi := &file_logic_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3814,7 +3922,7 @@ func (x *ReplayWebhookEndpointRequest) String() string {
 func (*ReplayWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *ReplayWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[59]
+	mi := &file_logic_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3827,7 +3935,7 @@ func (x *ReplayWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*ReplayWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ReplayWebhookEndpointRequest) GetEndpointId() int64 {
@@ -3857,7 +3965,7 @@ type TestWebhookEndpointReply struct {
 
 func (x *TestWebhookEndpointReply) Reset() {
 	*x = TestWebhookEndpointReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[60]
+	mi := &file_logic_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3869,7 +3977,7 @@ func (x *TestWebhookEndpointReply) String() string {
 func (*TestWebhookEndpointReply) ProtoMessage() {}
 
 func (x *TestWebhookEndpointReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[60]
+	mi := &file_logic_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3882,7 +3990,7 @@ func (x *TestWebhookEndpointReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestWebhookEndpointReply.ProtoReflect.Descriptor instead.
 func (*TestWebhookEndpointReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TestWebhookEndpointReply) GetWebhookId() string {
@@ -3921,7 +4029,7 @@ type PullUpstreamRequest struct {
 
 func (x *PullUpstreamRequest) Reset() {
 	*x = PullUpstreamRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[61]
+	mi := &file_logic_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3933,7 +4041,7 @@ func (x *PullUpstreamRequest) String() string {
 func (*PullUpstreamRequest) ProtoMessage() {}
 
 func (x *PullUpstreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[61]
+	mi := &file_logic_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3946,7 +4054,7 @@ func (x *PullUpstreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullUpstreamRequest.ProtoReflect.Descriptor instead.
 func (*PullUpstreamRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *PullUpstreamRequest) GetService() string {
@@ -3991,7 +4099,7 @@ type UpstreamItem struct {
 
 func (x *UpstreamItem) Reset() {
 	*x = UpstreamItem{}
-	mi := &file_logic_v1_api_proto_msgTypes[62]
+	mi := &file_logic_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4003,7 +4111,7 @@ func (x *UpstreamItem) String() string {
 func (*UpstreamItem) ProtoMessage() {}
 
 func (x *UpstreamItem) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[62]
+	mi := &file_logic_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4016,7 +4124,7 @@ func (x *UpstreamItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamItem.ProtoReflect.Descriptor instead.
 func (*UpstreamItem) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *UpstreamItem) GetId() int64 {
@@ -4077,7 +4185,7 @@ type PullUpstreamReply struct {
 
 func (x *PullUpstreamReply) Reset() {
 	*x = PullUpstreamReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[63]
+	mi := &file_logic_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4089,7 +4197,7 @@ func (x *PullUpstreamReply) String() string {
 func (*PullUpstreamReply) ProtoMessage() {}
 
 func (x *PullUpstreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[63]
+	mi := &file_logic_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4102,7 +4210,7 @@ func (x *PullUpstreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullUpstreamReply.ProtoReflect.Descriptor instead.
 func (*PullUpstreamReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PullUpstreamReply) GetItems() []*UpstreamItem {
@@ -4124,7 +4232,7 @@ type AckUpstreamRequest struct {
 
 func (x *AckUpstreamRequest) Reset() {
 	*x = AckUpstreamRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[64]
+	mi := &file_logic_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4136,7 +4244,7 @@ func (x *AckUpstreamRequest) String() string {
 func (*AckUpstreamRequest) ProtoMessage() {}
 
 func (x *AckUpstreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[64]
+	mi := &file_logic_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4149,7 +4257,7 @@ func (x *AckUpstreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckUpstreamRequest.ProtoReflect.Descriptor instead.
 func (*AckUpstreamRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *AckUpstreamRequest) GetService() string {
@@ -4176,7 +4284,7 @@ type AckUpstreamReply struct {
 
 func (x *AckUpstreamReply) Reset() {
 	*x = AckUpstreamReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[65]
+	mi := &file_logic_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4188,7 +4296,7 @@ func (x *AckUpstreamReply) String() string {
 func (*AckUpstreamReply) ProtoMessage() {}
 
 func (x *AckUpstreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[65]
+	mi := &file_logic_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4201,7 +4309,7 @@ func (x *AckUpstreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckUpstreamReply.ProtoReflect.Descriptor instead.
 func (*AckUpstreamReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *AckUpstreamReply) GetCursorId() int64 {
@@ -4438,7 +4546,13 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12*\n" +
 	"\adevices\x18\x02 \x03(\v2\x10.logic.v1.DeviceR\adevices\"<\n" +
 	"\x10GetPresenceReply\x12(\n" +
-	"\x05users\x18\x01 \x03(\v2\x12.logic.v1.PresenceR\x05users\"\x12\n" +
+	"\x05users\x18\x01 \x03(\v2\x12.logic.v1.PresenceR\x05users\"_\n" +
+	"\x0fKickUserRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x1b\n" +
+	"\tdevice_id\x18\x02 \x01(\tR\bdeviceId\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"'\n" +
+	"\rKickUserReply\x12\x16\n" +
+	"\x06kicked\x18\x01 \x01(\rR\x06kicked\"\x12\n" +
 	"\x10ListGatesRequest\"\xff\x01\n" +
 	"\bGateInfo\x12\x17\n" +
 	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12!\n" +
@@ -4533,7 +4647,7 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xe8&\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xcd'\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -4572,7 +4686,8 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"GetHistory\x12\x1b.logic.v1.GetHistoryRequest\x1a\x19.logic.v1.GetHistoryReply\"D\x82\xd3\xe4\x93\x02>\x12</v1/users/{user_id}/conversations/{conversation_id}/messages\x12U\n" +
 	"\vPushToUsers\x12\x1c.logic.v1.PushToUsersRequest\x1a\x13.logic.v1.PushReply\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/push\x12V\n" +
 	"\tBroadcast\x12\x1a.logic.v1.BroadcastRequest\x1a\x13.logic.v1.PushReply\"\x18\x82\xd3\xe4\x93\x02\x12:\x01*\"\r/v1/broadcast\x12]\n" +
-	"\vGetPresence\x12\x1c.logic.v1.GetPresenceRequest\x1a\x1a.logic.v1.GetPresenceReply\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/presence\x12T\n" +
+	"\vGetPresence\x12\x1c.logic.v1.GetPresenceRequest\x1a\x1a.logic.v1.GetPresenceReply\"\x14\x82\xd3\xe4\x93\x02\x0e\x12\f/v1/presence\x12c\n" +
+	"\bKickUser\x12\x19.logic.v1.KickUserRequest\x1a\x17.logic.v1.KickUserReply\"#\x82\xd3\xe4\x93\x02\x1d:\x01*\"\x18/v1/users/{user_id}:kick\x12T\n" +
 	"\tListGates\x12\x1a.logic.v1.ListGatesRequest\x1a\x18.logic.v1.ListGatesReply\"\x11\x82\xd3\xe4\x93\x02\v\x12\t/v1/gates\x12\x90\x01\n" +
 	"\x11RegisterPushToken\x12\".logic.v1.RegisterPushTokenRequest\x1a\x18.logic.v1.PushTokenReply\"=\x82\xd3\xe4\x93\x027:\x01*\"2/v1/users/{user_id}/devices/{device_id}/push-token\x12\x9b\x01\n" +
 	"\x13UnregisterPushToken\x12$.logic.v1.UnregisterPushTokenRequest\x1a\x18.logic.v1.PushTokenReply\"D\x82\xd3\xe4\x93\x02>:\x01*\"9/v1/users/{user_id}/devices/{device_id}/push-token:remove\x12o\n" +
@@ -4600,7 +4715,7 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_logic_v1_api_proto_goTypes = []any{
 	(GroupRole)(0),                       // 0: logic.v1.GroupRole
 	(*UpsertUserRequest)(nil),            // 1: logic.v1.UpsertUserRequest
@@ -4648,27 +4763,29 @@ var file_logic_v1_api_proto_goTypes = []any{
 	(*Device)(nil),                       // 43: logic.v1.Device
 	(*Presence)(nil),                     // 44: logic.v1.Presence
 	(*GetPresenceReply)(nil),             // 45: logic.v1.GetPresenceReply
-	(*ListGatesRequest)(nil),             // 46: logic.v1.ListGatesRequest
-	(*GateInfo)(nil),                     // 47: logic.v1.GateInfo
-	(*ListGatesReply)(nil),               // 48: logic.v1.ListGatesReply
-	(*RegisterPushTokenRequest)(nil),     // 49: logic.v1.RegisterPushTokenRequest
-	(*UnregisterPushTokenRequest)(nil),   // 50: logic.v1.UnregisterPushTokenRequest
-	(*PushTokenReply)(nil),               // 51: logic.v1.PushTokenReply
-	(*PushSettings)(nil),                 // 52: logic.v1.PushSettings
-	(*GetPushSettingsRequest)(nil),       // 53: logic.v1.GetPushSettingsRequest
-	(*CreateWebhookEndpointRequest)(nil), // 54: logic.v1.CreateWebhookEndpointRequest
-	(*WebhookEndpoint)(nil),              // 55: logic.v1.WebhookEndpoint
-	(*ListWebhookEndpointsRequest)(nil),  // 56: logic.v1.ListWebhookEndpointsRequest
-	(*ListWebhookEndpointsReply)(nil),    // 57: logic.v1.ListWebhookEndpointsReply
-	(*WebhookEndpointRef)(nil),           // 58: logic.v1.WebhookEndpointRef
-	(*RotateWebhookSecretRequest)(nil),   // 59: logic.v1.RotateWebhookSecretRequest
-	(*ReplayWebhookEndpointRequest)(nil), // 60: logic.v1.ReplayWebhookEndpointRequest
-	(*TestWebhookEndpointReply)(nil),     // 61: logic.v1.TestWebhookEndpointReply
-	(*PullUpstreamRequest)(nil),          // 62: logic.v1.PullUpstreamRequest
-	(*UpstreamItem)(nil),                 // 63: logic.v1.UpstreamItem
-	(*PullUpstreamReply)(nil),            // 64: logic.v1.PullUpstreamReply
-	(*AckUpstreamRequest)(nil),           // 65: logic.v1.AckUpstreamRequest
-	(*AckUpstreamReply)(nil),             // 66: logic.v1.AckUpstreamReply
+	(*KickUserRequest)(nil),              // 46: logic.v1.KickUserRequest
+	(*KickUserReply)(nil),                // 47: logic.v1.KickUserReply
+	(*ListGatesRequest)(nil),             // 48: logic.v1.ListGatesRequest
+	(*GateInfo)(nil),                     // 49: logic.v1.GateInfo
+	(*ListGatesReply)(nil),               // 50: logic.v1.ListGatesReply
+	(*RegisterPushTokenRequest)(nil),     // 51: logic.v1.RegisterPushTokenRequest
+	(*UnregisterPushTokenRequest)(nil),   // 52: logic.v1.UnregisterPushTokenRequest
+	(*PushTokenReply)(nil),               // 53: logic.v1.PushTokenReply
+	(*PushSettings)(nil),                 // 54: logic.v1.PushSettings
+	(*GetPushSettingsRequest)(nil),       // 55: logic.v1.GetPushSettingsRequest
+	(*CreateWebhookEndpointRequest)(nil), // 56: logic.v1.CreateWebhookEndpointRequest
+	(*WebhookEndpoint)(nil),              // 57: logic.v1.WebhookEndpoint
+	(*ListWebhookEndpointsRequest)(nil),  // 58: logic.v1.ListWebhookEndpointsRequest
+	(*ListWebhookEndpointsReply)(nil),    // 59: logic.v1.ListWebhookEndpointsReply
+	(*WebhookEndpointRef)(nil),           // 60: logic.v1.WebhookEndpointRef
+	(*RotateWebhookSecretRequest)(nil),   // 61: logic.v1.RotateWebhookSecretRequest
+	(*ReplayWebhookEndpointRequest)(nil), // 62: logic.v1.ReplayWebhookEndpointRequest
+	(*TestWebhookEndpointReply)(nil),     // 63: logic.v1.TestWebhookEndpointReply
+	(*PullUpstreamRequest)(nil),          // 64: logic.v1.PullUpstreamRequest
+	(*UpstreamItem)(nil),                 // 65: logic.v1.UpstreamItem
+	(*PullUpstreamReply)(nil),            // 66: logic.v1.PullUpstreamReply
+	(*AckUpstreamRequest)(nil),           // 67: logic.v1.AckUpstreamRequest
+	(*AckUpstreamReply)(nil),             // 68: logic.v1.AckUpstreamReply
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -4680,9 +4797,9 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	37, // 6: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
 	43, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
 	44, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
-	47, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
-	55, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
-	63, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
+	49, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
+	57, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
+	65, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
 	1,  // 12: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
 	2,  // 13: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
 	4,  // 14: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
@@ -4714,65 +4831,67 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	39, // 40: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
 	40, // 41: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
 	42, // 42: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	46, // 43: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	49, // 44: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
-	50, // 45: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
-	52, // 46: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
-	53, // 47: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
-	54, // 48: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
-	56, // 49: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
-	58, // 50: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	59, // 51: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
-	60, // 52: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
-	58, // 53: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	62, // 54: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
-	65, // 55: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
-	3,  // 56: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 57: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 58: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 59: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 60: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 61: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 62: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 63: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 64: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 65: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 66: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 67: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 68: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 69: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 70: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 71: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 72: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 73: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 74: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 75: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 76: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 77: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 78: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 79: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 80: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 81: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 82: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	38, // 83: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	41, // 84: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	41, // 85: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	45, // 86: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	48, // 87: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	51, // 88: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
-	51, // 89: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
-	52, // 90: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
-	52, // 91: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
-	55, // 92: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	57, // 93: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
-	55, // 94: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	55, // 95: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
-	55, // 96: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	61, // 97: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
-	64, // 98: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
-	66, // 99: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
-	56, // [56:100] is the sub-list for method output_type
-	12, // [12:56] is the sub-list for method input_type
+	46, // 43: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
+	48, // 44: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	51, // 45: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	52, // 46: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	54, // 47: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	55, // 48: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	56, // 49: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
+	58, // 50: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
+	60, // 51: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	61, // 52: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
+	62, // 53: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
+	60, // 54: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	64, // 55: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
+	67, // 56: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
+	3,  // 57: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 58: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 59: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 60: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 61: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 62: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 63: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 64: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 65: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 66: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 67: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 68: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 69: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 70: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 71: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 72: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 73: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 74: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 75: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 76: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 77: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 78: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 79: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 80: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 81: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 82: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 83: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	38, // 84: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	41, // 85: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	41, // 86: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	45, // 87: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	47, // 88: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
+	50, // 89: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	53, // 90: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	53, // 91: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	54, // 92: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	54, // 93: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	57, // 94: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	59, // 95: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
+	57, // 96: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	57, // 97: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
+	57, // 98: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	63, // 99: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
+	66, // 100: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
+	68, // 101: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
+	57, // [57:102] is the sub-list for method output_type
+	12, // [12:57] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -4791,7 +4910,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   66,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -50,6 +50,7 @@ const (
 	Api_PushToUsers_FullMethodName            = "/logic.v1.Api/PushToUsers"
 	Api_Broadcast_FullMethodName              = "/logic.v1.Api/Broadcast"
 	Api_GetPresence_FullMethodName            = "/logic.v1.Api/GetPresence"
+	Api_KickUser_FullMethodName               = "/logic.v1.Api/KickUser"
 	Api_ListGates_FullMethodName              = "/logic.v1.Api/ListGates"
 	Api_RegisterPushToken_FullMethodName      = "/logic.v1.Api/RegisterPushToken"
 	Api_UnregisterPushToken_FullMethodName    = "/logic.v1.Api/UnregisterPushToken"
@@ -148,6 +149,11 @@ type ApiClient interface {
 	Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*PushReply, error)
 	// GetPresence lists each user's online devices.
 	GetPresence(ctx context.Context, in *GetPresenceRequest, opts ...grpc.CallOption) (*GetPresenceReply, error)
+	// KickUser sends KICK{reason} to every live connection of the user, or
+	// of one device, and closes them (docs/protocol.md §6). A gate that
+	// cannot be reached is 50301: retry, the kicks already done are not
+	// undone and a repeat kicks nothing twice.
+	KickUser(ctx context.Context, in *KickUserRequest, opts ...grpc.CallOption) (*KickUserReply, error)
 	// ListGates lists the live gates with their client addresses and
 	// connection counts (also on logic's admin HTTP at /gates).
 	ListGates(ctx context.Context, in *ListGatesRequest, opts ...grpc.CallOption) (*ListGatesReply, error)
@@ -507,6 +513,16 @@ func (c *apiClient) GetPresence(ctx context.Context, in *GetPresenceRequest, opt
 	return out, nil
 }
 
+func (c *apiClient) KickUser(ctx context.Context, in *KickUserRequest, opts ...grpc.CallOption) (*KickUserReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(KickUserReply)
+	err := c.cc.Invoke(ctx, Api_KickUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *apiClient) ListGates(ctx context.Context, in *ListGatesRequest, opts ...grpc.CallOption) (*ListGatesReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListGatesReply)
@@ -720,6 +736,11 @@ type ApiServer interface {
 	Broadcast(context.Context, *BroadcastRequest) (*PushReply, error)
 	// GetPresence lists each user's online devices.
 	GetPresence(context.Context, *GetPresenceRequest) (*GetPresenceReply, error)
+	// KickUser sends KICK{reason} to every live connection of the user, or
+	// of one device, and closes them (docs/protocol.md §6). A gate that
+	// cannot be reached is 50301: retry, the kicks already done are not
+	// undone and a repeat kicks nothing twice.
+	KickUser(context.Context, *KickUserRequest) (*KickUserReply, error)
 	// ListGates lists the live gates with their client addresses and
 	// connection counts (also on logic's admin HTTP at /gates).
 	ListGates(context.Context, *ListGatesRequest) (*ListGatesReply, error)
@@ -861,6 +882,9 @@ func (UnimplementedApiServer) Broadcast(context.Context, *BroadcastRequest) (*Pu
 }
 func (UnimplementedApiServer) GetPresence(context.Context, *GetPresenceRequest) (*GetPresenceReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPresence not implemented")
+}
+func (UnimplementedApiServer) KickUser(context.Context, *KickUserRequest) (*KickUserReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method KickUser not implemented")
 }
 func (UnimplementedApiServer) ListGates(context.Context, *ListGatesRequest) (*ListGatesReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListGates not implemented")
@@ -1480,6 +1504,24 @@ func _Api_GetPresence_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_KickUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KickUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).KickUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_KickUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).KickUser(ctx, req.(*KickUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Api_ListGates_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ListGatesRequest)
 	if err := dec(in); err != nil {
@@ -1844,6 +1886,10 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetPresence",
 			Handler:    _Api_GetPresence_Handler,
+		},
+		{
+			MethodName: "KickUser",
+			Handler:    _Api_KickUser_Handler,
 		},
 		{
 			MethodName: "ListGates",
