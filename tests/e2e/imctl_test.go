@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -320,6 +322,72 @@ func TestIMCtlCommands(t *testing.T) {
 			t.Fatal(err)
 		}
 		match("an empty queue", func(length, pending int64, age float64) bool { return length == 0 && pending == 0 && age == 0 })
+	})
+
+	// Last: it takes gate 0 out of the cluster.
+	t.Run("drain", func(t *testing.T) {
+		const sender, receiver = 41010, 41011
+		a, b := c.Login(t, 0, sender, "a"), c.Login(t, 0, receiver, "b")
+		var acked []int64
+		var conv int64
+		for i := range 5 {
+			ack, err := a.SendText(ctx, receiver, fmt.Sprintf("before the drain %d", i))
+			if err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+			acked, conv = append(acked, ack.MsgID.Int64()), ack.ConversationID.Int64()
+		}
+		var d struct {
+			GateID      string `json:"gate_id"`
+			WindowMs    int64  `json:"window_ms"`
+			Connections uint32 `json:"connections"`
+		}
+		imctlJSON(t, ctx, c, &d, "drain", c.Gates[0].ID, "-window", "1s")
+		if d.GateID != c.Gates[0].ID || d.WindowMs != 1000 || d.Connections < 2 {
+			t.Fatalf("drain: %+v, want gate %s kicking a and b over 1000 ms", d, c.Gates[0].ID)
+		}
+		for name, conn := range map[string]*client.Conn{"a": a, "b": b} {
+			if reason := kickReason(t, conn); reason != "server_shutdown" {
+				t.Fatalf("%s: kick reason %q, want server_shutdown", name, reason)
+			}
+			waitClosed(t, conn, name)
+		}
+		if st := readyzStatus(c.Gates[0].AdminAddr); st != http.StatusServiceUnavailable {
+			t.Fatalf("the drained gate's /readyz: %d, want 503", st)
+		}
+		// New clients are refused: the connection closes before AUTH answers.
+		if late, err := client.Dial(ctx, c.Gates[0].TCPAddr, client.Options{}); err == nil {
+			_, err = late.Auth(ctxT(t, 5*time.Second), c.Token(receiver, "late"), "late", "test", "1.0.0")
+			_ = late.Close()
+			if err == nil {
+				t.Fatal("the drained gate accepted a new client")
+			}
+		}
+		// A second drain kicks nothing more.
+		imctlJSON(t, ctx, c, &d, "drain", c.Gates[0].ID)
+		if d.Connections != 0 {
+			t.Fatalf("second drain: %+v", d)
+		}
+		// The clients move to the other gate and find every acked message.
+		b2 := c.Login(t, 1, receiver, "b")
+		msgs, _, err := b2.SyncMessages(ctx, conv, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int64]bool{}
+		for _, m := range msgs {
+			got[m.MsgID.Int64()] = true
+		}
+		for _, id := range acked {
+			if !got[id] {
+				t.Fatalf("acked message %d missing after the move: got %d messages", id, len(msgs))
+			}
+		}
+		var devs []device
+		imctlJSON(t, ctx, c, &devs, "where", "41011")
+		if len(devs) != 1 || devs[0].GateID != c.Gates[1].ID {
+			t.Fatalf("where after the drain: %+v, want b on %s", devs, c.Gates[1].ID)
+		}
 	})
 }
 

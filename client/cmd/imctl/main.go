@@ -8,6 +8,7 @@
 //	gates                          live gates: version, addresses, connection counts, start time
 //	where <user>                   the user's online devices: gate, device, connection, since, real IP
 //	kick <user> [device]           KICK the user's connections (or one device's) and close them
+//	drain <gate> [-window 10s]     the gate fails readiness, refuses new clients and kicks its own over the window
 //	token issue <user> [-device D] [-ttl 24h]   mint a client token
 //	token revoke <user>            revoke every token of the user so far (kicks them too)
 //	send-system <to> <text>        a text message from the system account to a user
@@ -15,7 +16,8 @@
 //
 // Defaults come from the config file (and its IM_* environment
 // overrides, as for every process): -api from logic.grpc_addr, -api-key
-// from the first of logic.api_keys, -deliver-admin from deliver.admin_addr.
+// from the first of logic.api_keys, the cluster secret (drain) from
+// cluster.secret, -deliver-admin from deliver.admin_addr.
 package main
 
 import (
@@ -26,6 +28,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -35,7 +38,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/config"
+	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -49,6 +54,7 @@ commands:
   gates                          live gates with versions and connection counts
   where <user>                   where the user is online (gate, device, since, real IP)
   kick <user> [device] [-reason R]  kick the user's connections, or one device's
+  drain <gate> [-window 10s]     the gate refuses new clients and kicks its own over the window
   token issue <user> [-device D] [-ttl 24h]  mint a client token
   token revoke <user>            revoke the user's tokens (kicks them)
   send-system <to_user> <text>   send a text as the system account
@@ -123,6 +129,8 @@ func run(ctx context.Context, g globals, args []string, out io.Writer) error {
 		return c.gates(ctx, rest)
 	case "where":
 		return c.where(ctx, rest)
+	case "drain":
+		return c.drain(ctx, rest)
 	case "kick":
 		return c.kick(ctx, rest)
 	case "token":
@@ -358,6 +366,57 @@ func (c *ctl) kick(ctx context.Context, args []string) error {
 	res.Kicked = r.GetKicked()
 	rows := [][]string{{strconv.FormatInt(user, 10), res.DeviceID, strconv.FormatUint(uint64(res.Kicked), 10)}}
 	return c.emit(res, []string{"USER", "DEVICE", "KICKED"}, rows)
+}
+
+// DrainResult is the answer of "drain".
+type DrainResult struct {
+	GateID      string `json:"gate_id"`
+	WindowMs    int64  `json:"window_ms"`
+	Connections uint32 `json:"connections"`
+}
+
+// drain asks a gate, through its Push service (the cluster secret
+// authenticates the call; decision 96), to fail readiness, refuse new
+// connections and kick its clients spread over the window so they
+// reconnect to the other gates. It returns at once; "gates" shows the
+// connections leaving.
+func (c *ctl) drain(ctx context.Context, args []string) error {
+	fs := subFlags("drain")
+	window := fs.Duration("window", 0, "spread the kicks over this long (0: the gate's gate.shutdown_kick_window)")
+	pos, err := parseInterspersed(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *window < 0 {
+		return usageError("drain <gate> [-window 10s]")
+	}
+	api, done, err := c.api()
+	if err != nil {
+		return err
+	}
+	defer done()
+	gates, err := c.listGates(ctx, api)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(gates, func(g Gate) bool { return g.GateID == pos[0] })
+	if i < 0 {
+		return fmt.Errorf("gate %q is not in ListGates", pos[0])
+	}
+	if err := config.RequireSecret("cluster.secret", c.cfg.Cluster.Secret); err != nil {
+		return err
+	}
+	cc, err := grpc.NewClient(gates[i].PushAddr, grpc.WithTransportCredentials(insecure.NewCredentials()), clusterauth.Credentials(c.cfg.Cluster.Secret))
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", gates[i].PushAddr, err)
+	}
+	defer func() { _ = cc.Close() }()
+	r, err := gatev1.NewPushClient(cc).Drain(ctx, &gatev1.DrainRequest{WindowMs: window.Milliseconds()})
+	if err != nil {
+		return fmt.Errorf("Drain: %w", err)
+	}
+	res := DrainResult{GateID: pos[0], WindowMs: window.Milliseconds(), Connections: r.GetConnections()}
+	return c.emit(res, []string{"GATE", "WINDOW_MS", "CONNECTIONS"}, [][]string{{res.GateID, strconv.FormatInt(res.WindowMs, 10), strconv.FormatUint(uint64(res.Connections), 10)}})
 }
 
 // Token is the answer of "token issue".

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -20,6 +21,17 @@ type pushService struct {
 	gatev1.UnimplementedPushServer
 	sess   *sessions
 	gateID string
+	// drain is Server.Drain.
+	drain func(window time.Duration) int
+}
+
+// Drain starts draining the gate (Server.Drain) and answers at once.
+func (p *pushService) Drain(_ context.Context, req *gatev1.DrainRequest) (*gatev1.DrainReply, error) {
+	if req.WindowMs < 0 {
+		return nil, status.Error(codes.InvalidArgument, "window_ms must not be negative")
+	}
+	n := p.drain(time.Duration(req.WindowMs) * time.Millisecond)
+	return &gatev1.DrainReply{Connections: uint32(n)}, nil
 }
 
 func checkCommand(cmd uint32) (uint16, error) {

@@ -95,7 +95,10 @@ type Server struct {
 	serveErr chan error
 
 	listening atomic.Bool
-	draining  atomic.Bool
+	// draining refuses new connections and fails readiness (Drain or
+	// Shutdown); stopping makes Shutdown run once.
+	draining atomic.Bool
+	stopping atomic.Bool
 }
 
 // New validates the options and prepares a server; nothing listens until
@@ -210,7 +213,7 @@ func (s *Server) Start(ctx context.Context) error {
 
 	guard := clusterauth.NewGuard(s.secret, clusterauth.HealthPrefix, clusterauth.ReflectionPrefix)
 	s.pushSrv = grpc.NewServer(append(guard.ServerOptions(), rpclimit.ServerOptions()...)...)
-	gatev1.RegisterPushServer(s.pushSrv, &pushService{sess: s.sess, gateID: s.cfg.ID})
+	gatev1.RegisterPushServer(s.pushSrv, &pushService{sess: s.sess, gateID: s.cfg.ID, drain: s.Drain})
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.pushSrv, s.health)
 	reflection.Register(s.pushSrv)
@@ -312,7 +315,7 @@ func (s *Server) PushAddr() string { return s.pushLn.Addr().String() }
 func (s *Server) Ready() error {
 	switch {
 	case s.draining.Load():
-		return errors.New("shutting down")
+		return errors.New("draining")
 	case !s.listening.Load():
 		return errors.New("not listening")
 	case s.up.Live() == 0:
@@ -349,9 +352,10 @@ func (s *Server) WaitReady(ctx context.Context) error {
 // ShutdownBound, sooner when ctx ends (what is left is then kicked at
 // once).
 func (s *Server) Shutdown(ctx context.Context) error {
-	if s.draining.Swap(true) {
+	if s.stopping.Swap(true) {
 		return nil
 	}
+	s.draining.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 
 	window := max(s.cfg.ShutdownKickWindow, 0)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
 
 // ShutdownKickReason is the KICK reason a gate sends its connections when
@@ -107,4 +108,37 @@ func kickedClosed(conns []*Conn) bool {
 // the Push server may take.
 func (s *Server) ShutdownBound() time.Duration {
 	return s.cfg.ShutdownKickWindow + s.drain + s.cfg.WriteTimeout + 5*time.Second
+}
+
+// maxDrainWindow bounds a Drain's window: a client waits at most this
+// long for its KICK.
+const maxDrainWindow = time.Hour
+
+// Drain does what Shutdown does to the clients and no more (decision 96):
+// readiness fails, new connections are refused, and every connection gets
+// KICK server_shutdown spread over window (gate.shutdown_kick_window when
+// 0) by the same kicker, in the background; the streams to logic and the
+// Push server stay up, so answers and pushes already on their way still
+// arrive and the gate can be stopped later with nothing left on it. It
+// returns how many connections it is kicking; a second Drain, or one
+// during Shutdown, kicks nothing and returns 0.
+func (s *Server) Drain(window time.Duration) int {
+	if window <= 0 {
+		window = s.cfg.ShutdownKickWindow
+	}
+	window = min(window, maxDrainWindow)
+	if s.draining.Swap(true) {
+		return 0
+	}
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	n := s.table.Len()
+	go func() {
+		kctx, cancel := context.WithTimeout(s.ctx, window+s.drain)
+		defer cancel()
+		kicked := s.kickAll(kctx, window)
+		// As in Shutdown: a session that started as draining began.
+		kicked = append(kicked, s.kickAll(kctx, 0)...)
+		s.log.Info("drained", zap.Int("kicked", len(kicked)), zap.Duration("window", window))
+	}()
+	return n
 }

@@ -656,6 +656,96 @@ func (x *StatsReply) GetVersion() string {
 	return ""
 }
 
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WindowMs      int64                  `protobuf:"varint,1,opt,name=window_ms,json=windowMs,proto3" json:"window_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_gate_v1_push_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_gate_v1_push_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *DrainRequest) GetWindowMs() int64 {
+	if x != nil {
+		return x.WindowMs
+	}
+	return 0
+}
+
+type DrainReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// connections is how many connections the drain is kicking (0 when the
+	// gate was already draining).
+	Connections   uint32 `protobuf:"varint,1,opt,name=connections,proto3" json:"connections,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainReply) Reset() {
+	*x = DrainReply{}
+	mi := &file_gate_v1_push_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainReply) ProtoMessage() {}
+
+func (x *DrainReply) ProtoReflect() protoreflect.Message {
+	mi := &file_gate_v1_push_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainReply.ProtoReflect.Descriptor instead.
+func (*DrainReply) Descriptor() ([]byte, []int) {
+	return file_gate_v1_push_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *DrainReply) GetConnections() uint32 {
+	if x != nil {
+		return x.Connections
+	}
+	return 0
+}
+
 var File_gate_v1_push_proto protoreflect.FileDescriptor
 
 const file_gate_v1_push_proto_rawDesc = "" +
@@ -701,13 +791,19 @@ const file_gate_v1_push_proto_rawDesc = "" +
 	"frames_out\x18\x05 \x01(\x04R\tframesOut\x12%\n" +
 	"\x0epushes_dropped\x18\x06 \x01(\x04R\rpushesDropped\x12!\n" +
 	"\fbusy_rejects\x18\a \x01(\x04R\vbusyRejects\x12\x18\n" +
-	"\aversion\x18\b \x01(\tR\aversion2\xa1\x02\n" +
+	"\aversion\x18\b \x01(\tR\aversion\"+\n" +
+	"\fDrainRequest\x12\x1b\n" +
+	"\twindow_ms\x18\x01 \x01(\x03R\bwindowMs\".\n" +
+	"\n" +
+	"DrainReply\x12 \n" +
+	"\vconnections\x18\x01 \x01(\rR\vconnections2\xd6\x02\n" +
 	"\x04Push\x120\n" +
 	"\x04Push\x12\x14.gate.v1.PushRequest\x1a\x12.gate.v1.PushReply\x12?\n" +
 	"\tPushBatch\x12\x19.gate.v1.PushBatchRequest\x1a\x17.gate.v1.PushBatchReply\x120\n" +
 	"\x04Kick\x12\x14.gate.v1.KickRequest\x1a\x12.gate.v1.KickReply\x12?\n" +
 	"\tBroadcast\x12\x19.gate.v1.BroadcastRequest\x1a\x17.gate.v1.BroadcastReply\x123\n" +
-	"\x05Stats\x12\x15.gate.v1.StatsRequest\x1a\x13.gate.v1.StatsReplyB/Z-github.com/sparkim/spark/proto/gate/v1;gatev1b\x06proto3"
+	"\x05Stats\x12\x15.gate.v1.StatsRequest\x1a\x13.gate.v1.StatsReply\x123\n" +
+	"\x05Drain\x12\x15.gate.v1.DrainRequest\x1a\x13.gate.v1.DrainReplyB/Z-github.com/sparkim/spark/proto/gate/v1;gatev1b\x06proto3"
 
 var (
 	file_gate_v1_push_proto_rawDescOnce sync.Once
@@ -721,7 +817,7 @@ func file_gate_v1_push_proto_rawDescGZIP() []byte {
 	return file_gate_v1_push_proto_rawDescData
 }
 
-var file_gate_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_gate_v1_push_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_gate_v1_push_proto_goTypes = []any{
 	(*Target)(nil),           // 0: gate.v1.Target
 	(*PushRequest)(nil),      // 1: gate.v1.PushRequest
@@ -734,6 +830,8 @@ var file_gate_v1_push_proto_goTypes = []any{
 	(*BroadcastReply)(nil),   // 8: gate.v1.BroadcastReply
 	(*StatsRequest)(nil),     // 9: gate.v1.StatsRequest
 	(*StatsReply)(nil),       // 10: gate.v1.StatsReply
+	(*DrainRequest)(nil),     // 11: gate.v1.DrainRequest
+	(*DrainReply)(nil),       // 12: gate.v1.DrainReply
 }
 var file_gate_v1_push_proto_depIdxs = []int32{
 	0,  // 0: gate.v1.PushRequest.targets:type_name -> gate.v1.Target
@@ -747,13 +845,15 @@ var file_gate_v1_push_proto_depIdxs = []int32{
 	5,  // 8: gate.v1.Push.Kick:input_type -> gate.v1.KickRequest
 	7,  // 9: gate.v1.Push.Broadcast:input_type -> gate.v1.BroadcastRequest
 	9,  // 10: gate.v1.Push.Stats:input_type -> gate.v1.StatsRequest
-	2,  // 11: gate.v1.Push.Push:output_type -> gate.v1.PushReply
-	4,  // 12: gate.v1.Push.PushBatch:output_type -> gate.v1.PushBatchReply
-	6,  // 13: gate.v1.Push.Kick:output_type -> gate.v1.KickReply
-	8,  // 14: gate.v1.Push.Broadcast:output_type -> gate.v1.BroadcastReply
-	10, // 15: gate.v1.Push.Stats:output_type -> gate.v1.StatsReply
-	11, // [11:16] is the sub-list for method output_type
-	6,  // [6:11] is the sub-list for method input_type
+	11, // 11: gate.v1.Push.Drain:input_type -> gate.v1.DrainRequest
+	2,  // 12: gate.v1.Push.Push:output_type -> gate.v1.PushReply
+	4,  // 13: gate.v1.Push.PushBatch:output_type -> gate.v1.PushBatchReply
+	6,  // 14: gate.v1.Push.Kick:output_type -> gate.v1.KickReply
+	8,  // 15: gate.v1.Push.Broadcast:output_type -> gate.v1.BroadcastReply
+	10, // 16: gate.v1.Push.Stats:output_type -> gate.v1.StatsReply
+	12, // 17: gate.v1.Push.Drain:output_type -> gate.v1.DrainReply
+	12, // [12:18] is the sub-list for method output_type
+	6,  // [6:12] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -770,7 +870,7 @@ func file_gate_v1_push_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_gate_v1_push_proto_rawDesc), len(file_gate_v1_push_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

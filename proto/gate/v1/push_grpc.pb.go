@@ -27,6 +27,7 @@ const (
 	Push_Kick_FullMethodName      = "/gate.v1.Push/Kick"
 	Push_Broadcast_FullMethodName = "/gate.v1.Push/Broadcast"
 	Push_Stats_FullMethodName     = "/gate.v1.Push/Stats"
+	Push_Drain_FullMethodName     = "/gate.v1.Push/Drain"
 )
 
 // PushClient is the client API for Push service.
@@ -46,6 +47,11 @@ type PushClient interface {
 	Broadcast(ctx context.Context, in *BroadcastRequest, opts ...grpc.CallOption) (*BroadcastReply, error)
 	// Stats reports the gate's counters.
 	Stats(ctx context.Context, in *StatsRequest, opts ...grpc.CallOption) (*StatsReply, error)
+	// Drain makes the gate fail readiness, refuse new connections and send
+	// every connection KICK server_shutdown spread over window_ms (the
+	// gate's shutdown_kick_window when 0), as on SIGTERM, without stopping.
+	// It answers at once; a gate already draining kicks nothing more.
+	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainReply, error)
 }
 
 type pushClient struct {
@@ -106,6 +112,16 @@ func (c *pushClient) Stats(ctx context.Context, in *StatsRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *pushClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*DrainReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainReply)
+	err := c.cc.Invoke(ctx, Push_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PushServer is the server API for Push service.
 // All implementations must embed UnimplementedPushServer
 // for forward compatibility.
@@ -123,6 +139,11 @@ type PushServer interface {
 	Broadcast(context.Context, *BroadcastRequest) (*BroadcastReply, error)
 	// Stats reports the gate's counters.
 	Stats(context.Context, *StatsRequest) (*StatsReply, error)
+	// Drain makes the gate fail readiness, refuse new connections and send
+	// every connection KICK server_shutdown spread over window_ms (the
+	// gate's shutdown_kick_window when 0), as on SIGTERM, without stopping.
+	// It answers at once; a gate already draining kicks nothing more.
+	Drain(context.Context, *DrainRequest) (*DrainReply, error)
 	mustEmbedUnimplementedPushServer()
 }
 
@@ -147,6 +168,9 @@ func (UnimplementedPushServer) Broadcast(context.Context, *BroadcastRequest) (*B
 }
 func (UnimplementedPushServer) Stats(context.Context, *StatsRequest) (*StatsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
+}
+func (UnimplementedPushServer) Drain(context.Context, *DrainRequest) (*DrainReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
 }
 func (UnimplementedPushServer) mustEmbedUnimplementedPushServer() {}
 func (UnimplementedPushServer) testEmbeddedByValue()              {}
@@ -259,6 +283,24 @@ func _Push_Stats_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Push_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PushServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Push_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PushServer).Drain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Push_ServiceDesc is the grpc.ServiceDesc for Push service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -285,6 +327,10 @@ var Push_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stats",
 			Handler:    _Push_Stats_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _Push_Drain_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
