@@ -177,9 +177,16 @@ func exposed(fams map[string]string, name string) bool {
 // push and a sync, so no panel of the shipped dashboard is empty because of
 // a renamed or missing metric; and every metric each process exposes
 // follows the scheme of pkg/metricname.
-func TestDashboardMetricsAllExposedByCluster(t *testing.T) {
+func TestDashboardAndRunbookMetricsAllExposedByCluster(t *testing.T) {
 	t.Parallel()
 	exprs := dashboardExprs(t)
+	alerts := runbookExprs(t)
+	if len(alerts) < 5 {
+		t.Fatalf("docs/runbook.md has only %d PromQL expressions; have its alerts moved?", len(alerts))
+	}
+	for expr, title := range alerts {
+		exprs[expr] = title
+	}
 	needed := map[string][]string{} // metric → panel titles
 	for expr, title := range exprs {
 		names := exprMetrics(expr)
@@ -262,4 +269,31 @@ func TestDashboardMetricsAllExposedByCluster(t *testing.T) {
 			len(missing), strings.Join(missing, "\n  "))
 	}
 	t.Logf("all %d metrics of %d dashboard expressions are exposed", len(needed), len(exprs))
+}
+
+// runbookPath is the runbook whose alerts' PromQL must select metrics the
+// processes expose, relative to this file.
+const runbookPath = "../../docs/runbook.md"
+
+// runbookExprs returns each line of the runbook's promql code blocks,
+// titled "runbook: <expr>".
+func runbookExprs(t *testing.T) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(runbookPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	in := false
+	for _, line := range strings.Split(string(b), "\n") {
+		switch {
+		case strings.HasPrefix(line, "```promql"):
+			in = true
+		case strings.HasPrefix(line, "```"):
+			in = false
+		case in && strings.TrimSpace(line) != "":
+			out[strings.TrimSpace(line)] = "runbook: " + strings.TrimSpace(line)
+		}
+	}
+	return out
 }
