@@ -12,7 +12,6 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sparkim/spark/deliver/internal/fanout"
-	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/dialog"
@@ -54,11 +53,7 @@ func BenchmarkBatch64(b *testing.B) {
 			}
 		}
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(b, rdb, secret)
 	m := metrics.New(prometheus.NewRegistry())
 	fo, err := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
 	if err != nil {

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/deliver/internal/logicclient"
 	"github.com/sparkim/spark/deliver/internal/metrics"
@@ -140,11 +139,7 @@ func TestProcessPushesOncePerGate(t *testing.T) {
 		}
 	}
 
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	data := []byte(`{"msg_id":"77","text":"hi"}`)
 	job := &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_MESSAGE, MsgId: 77, ConversationId: 5, SenderId: 1, SenderDevice: "phone",
@@ -231,11 +226,7 @@ func TestProcessGateUnreachable(t *testing.T) {
 	if err := rdb.HSet(ctx, rediskey.Route(2), "a", v).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	m := metrics.New(prometheus.NewRegistry())
 	f := mustNew(t, rdb, pool, nil, 500*time.Millisecond, zap.NewNop(), m)
 	start := time.Now()
@@ -299,11 +290,7 @@ func TestMessageUpdatesLists(t *testing.T) {
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Pinned: true})
 	v1, v2 := version(t, rdb, 1, cid), version(t, rdb, 2, cid)
 
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	m := metrics.New(prometheus.NewRegistry())
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
 
@@ -400,11 +387,7 @@ func TestMessageUpdatesLists(t *testing.T) {
 func TestMessageAbsentStateOnlyBumpsVersion(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 6
 	seedState(t, rdb, 1, cid+100, dialog.State{Type: 1, PeerID: 3}) // another conversation
@@ -444,11 +427,7 @@ func TestSignalPushesCommandOnly(t *testing.T) {
 	if err := rdb.Set(ctx, rediskey.DeliverDone(cid, 10), 1, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	lg := gatetest.StartLogic(t, secret)
 	lc, err := logicclient.New([]string{lg.Addr}, secret, time.Second)
 	if err != nil {
@@ -541,11 +520,7 @@ func TestMissedPushesGoToMailbox(t *testing.T) {
 			}
 		}
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	lg := gatetest.StartLogic(t, secret)
 	// The first logic refuses connections: the call moves on to the next.
 	lc, err := logicclient.New([]string{"127.0.0.1:1", lg.Addr}, secret, 2*time.Second)
@@ -655,11 +630,7 @@ func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
 		set(uid, "b", "g2", uint64(200+uid))
 		seedState(t, rdb, uid, uid-1, dialog.State{Type: 1, PeerID: 1, Base: 1})
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 
 	var jobs []*queuev1.DeliverJob
@@ -748,11 +719,7 @@ func TestBatchOnePushBatchPerGateInStreamOrder(t *testing.T) {
 func TestBatchListsAfterScriptFlush(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 9
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, Base: 1})
@@ -776,11 +743,7 @@ func TestBatchListsAfterScriptFlush(t *testing.T) {
 func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 12
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 100, LastRead: 100, Base: 100})
@@ -822,11 +785,7 @@ func TestRedeliveredBatchCountsUnreadOnce(t *testing.T) {
 func TestMutedConversationCountsNoUnread(t *testing.T) {
 	rdb := gatetest.Redis(t)
 	ctx := context.Background()
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	const cid = 13
 	seedState(t, rdb, 2, cid, dialog.State{Type: 1, PeerID: 1, LastMsgID: 10, LastRead: 10, Base: 10, Muted: true})
@@ -869,11 +828,7 @@ func TestGroupJobExpandsMembers(t *testing.T) {
 	for _, uid := range []int64{31, 32, 33} {
 		seedState(t, rdb, uid, cid, dialog.State{Type: 2, GroupID: 4, LastMsgID: 10, Base: 10})
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, nil, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	src := &groupMembers{ids: []int64{31, 32, 33}}
 	f.SetMembers(src)
@@ -940,11 +895,7 @@ func TestGroupRecallDoesMemberWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = lc.Close() })
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	f := mustNew(t, rdb, pool, lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
 	f.SetMembers(&groupMembers{ids: []int64{31, 32, 33}})
 	recall := func() *queuev1.DeliverJob {

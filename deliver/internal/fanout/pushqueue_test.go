@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/deliver/internal/metrics"
 	"github.com/sparkim/spark/pkg/queue"
@@ -46,11 +44,7 @@ func TestMessageQueuesNotificationWorkForOfflineDevices(t *testing.T) {
 			}
 		}
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	m := metrics.New(prometheus.NewRegistry())
 	f := mustNew(t, rdb, pool, nil, time.Second, zap.NewNop(), m)
 	const cid = 8
@@ -71,8 +65,7 @@ func TestMessageQueuesNotificationWorkForOfflineDevices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var entries []redis.XMessage
-	entries, err = rdb.XRange(ctx, stream, "-", "+").Result()
+	entries, err := rdb.XRange(ctx, stream, "-", "+").Result()
 	if err != nil || len(entries) != 1 {
 		t.Fatalf("%d entries (%v), want one: the no_offline_push job queues none", len(entries), err)
 	}

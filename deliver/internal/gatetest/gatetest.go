@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sparkim/spark/deliver/internal/gateclient"
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/testredis"
@@ -236,4 +237,17 @@ func Redis(t testing.TB) *redis.Client {
 		t.Fatalf("flush test Redis at %s: %v", rdb.Options().Addr, err)
 	}
 	return rdb
+}
+
+// Pool returns a gate client pool over rdb for the gates Start runs with
+// secret, trusting resolved addresses for a minute, closed when the test
+// ends.
+func Pool(t testing.TB, rdb redis.Cmdable, secret string) *gateclient.Pool {
+	t.Helper()
+	pool, err := gateclient.New(rdb, secret, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pool.Close() })
+	return pool
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sparkim/spark/deliver/internal/fanout"
-	"github.com/sparkim/spark/deliver/internal/gateclient"
+	"github.com/sparkim/spark/deliver/internal/gatetest"
 	"github.com/sparkim/spark/pkg/dialog"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/testredis"
@@ -34,11 +34,7 @@ func TestQueueLeasesAndFanOutWorkOnRedisCluster(t *testing.T) {
 	}
 	g1, g2 := startRoutedGates(t, ctx, rdb)
 	newFanout := func() *fanout.Fanout {
-		pool, err := gateclient.New(rdb, secret, time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = pool.Close() })
+		pool := gatetest.Pool(t, rdb, secret)
 		return mustFanout(t, rdb, pool)
 	}
 	a := start(t, rdb, "a", newFanout())

@@ -218,11 +218,7 @@ func TestFanOutThroughQueue(t *testing.T) {
 	ctx := context.Background()
 	g1, g2 := startRoutedGates(t, ctx, rdb)
 
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	m := metrics.New(prometheus.NewRegistry())
 	fo, err := fanout.New(rdb, pool, nil, 2*time.Second, zap.NewNop(), m)
 	if err != nil {
@@ -408,11 +404,7 @@ func TestRedeliveredJobCountsOnce(t *testing.T) {
 			t.Fatalf("seed %d: %v %v", uid, ok, err)
 		}
 	}
-	pool, err := gateclient.New(rdb, secret, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = pool.Close() })
+	pool := gatetest.Pool(t, rdb, secret)
 	fo := mustFanout(t, rdb, pool)
 
 	// A crashed owner read the job and fanned it out, but never acked it.
