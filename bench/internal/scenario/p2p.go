@@ -152,16 +152,17 @@ func (s P2P) Run(ctx context.Context, e *Env) (*Result, error) {
 
 	start := time.Now()
 	t := newTraffic(ss, func(i int) int { return i ^ 1 }, p.P2PWindow, start)
-	// The saturated window is where the CPU per message is decided, so it
-	// is profiled (issue 9); p2p-steady is the same code at a lower rate.
-	var prof *profiler
-	if !s.paced() {
-		prefix := ""
-		if s.Webhook {
-			prefix = "webhook-"
-		}
-		prof = e.startProfiles(ctx, prefix, int(max(1, dur.Round(time.Second)/time.Second)))
+	// Every window is profiled: the saturated one decides the CPU per
+	// message at capacity (issue 9), the paced ones the cost a message
+	// pays when nothing is batched (issue 19).
+	prefix := ""
+	switch {
+	case s.Webhook:
+		prefix = "webhook-"
+	case s.paced():
+		prefix = s.Name() + "-"
 	}
+	prof := e.startProfiles(ctx, prefix, int(max(1, dur.Round(time.Second)/time.Second)))
 	batch0, merr := e.logicMetric(ctx, batchSum, batchCount, batchFallback)
 	stage0, serr := e.deliverMetric(ctx, stageSamples...)
 	brk0, brkErr := e.readBreakdown(ctx)
