@@ -352,6 +352,11 @@ type Webhook struct {
 	// one logic at a time sends to an endpoint, another takes over at
 	// most this long after it died.
 	LeaseTTL time.Duration `mapstructure:"lease_ttl"`
+	// GateSweepInterval is how often one logic looks for gates that died
+	// (their registry key expired, or they came back as a new process) and
+	// removes their routes, recording the user.offline of users left with
+	// no device (decision 97).
+	GateSweepInterval time.Duration `mapstructure:"gate_sweep_interval"`
 }
 
 // BeforeSend configures logic.before_send: an HTTP POST to the business
@@ -648,10 +653,11 @@ func Default() *Config {
 				// 5 s, 20 s, 80 s, 5 m, 21 m, 85 m, 5.7 h, then every
 				// 12 h: about 3 days in all (the Standard Webhooks
 				// schedule's span).
-				RetryBase:        5 * time.Second,
-				RetryMaxInterval: 12 * time.Hour,
-				RetryFor:         72 * time.Hour,
-				LeaseTTL:         10 * time.Second,
+				RetryBase:         5 * time.Second,
+				RetryMaxInterval:  12 * time.Hour,
+				RetryFor:          72 * time.Hour,
+				LeaseTTL:          10 * time.Second,
+				GateSweepInterval: 5 * time.Second,
 			},
 			Upstream: Upstream{
 				Services: []string{}, MaxBody: 16 << 10,
@@ -985,6 +991,7 @@ func (l Logic) validateWebhook() error {
 		durKey{"logic.webhook.retry_max_interval", w.RetryMaxInterval},
 		durKey{"logic.webhook.retry_for", w.RetryFor},
 		durKey{"logic.webhook.lease_ttl", w.LeaseTTL},
+		durKey{"logic.webhook.gate_sweep_interval", w.GateSweepInterval},
 	)
 	if w.Settle <= l.RequestTimeout {
 		// A send or change may commit up to a request's life after it

@@ -18,6 +18,24 @@ func Gate(gateID string) string { return Prefix + "gate:{" + gateID + "}" }
 // live while its Gate key exists.
 func Gates() string { return Prefix + "gates" }
 
+// GateRoutes is the SET of the routes one incarnation of a gate holds
+// (members "user_id|device_id|gate_id|conn_id|since_ms"), written at AUTH
+// before the route and trimmed at close, so that when the gate dies its
+// routes can be swept without scanning every user's. An incarnation is
+// the high 32 bits of the gate's connection ids: its start, in Unix
+// seconds. It shares the Gate key's hash tag.
+func GateRoutes(gateID string, incarnation uint32) string {
+	return Prefix + "gate:{" + gateID + "}:routes:" + strconv.FormatUint(uint64(incarnation), 10)
+}
+
+// GateRouteSets is the ZSET of the GateRoutes sets in use (members
+// "<incarnation>:<gate_id>", score: first use, Unix ms), read by the sweep.
+func GateRouteSets() string { return Prefix + "gate-route-sets" }
+
+// GateRouteSweep is the lease of the one logic process sweeping dead
+// gates' routes.
+func GateRouteSweep() string { return Prefix + "gate-route-sets:sweep" }
+
 // Deliver is the deliver STREAM of partition p.
 func Deliver(p int) string { return Prefix + "deliver:{" + strconv.Itoa(p) + "}" }
 

@@ -555,3 +555,78 @@ func TestWebhooks(t *testing.T) {
 		down.checkClean(t)
 	})
 }
+
+// presence lists the user.online / user.offline deliveries as
+// "online 12/phone" (under the lock).
+func (r *hookReceiver) presence() []string {
+	var out []string
+	for _, d := range r.delivered {
+		if d.typ == "user.online" || d.typ == "user.offline" {
+			out = append(out, fmt.Sprintf("%s %v/%v", strings.TrimPrefix(d.typ, "user."), d.data["user_id"], d.data["device_id"]))
+		}
+	}
+	return out
+}
+
+// TestUserOfflineWhenTheGateOfTheLastDeviceIsKilled: a gate killed with
+// -9 closes nothing, yet the user whose only device was there gets a
+// user.offline once the gate's registry entry expires (the route sweep,
+// decision 97), and a user with a device left on the other gate gets none
+// until that one leaves too.
+func TestUserOfflineWhenTheGateOfTheLastDeviceIsKilled(t *testing.T) {
+	t.Parallel()
+	rcv := newHookReceiver(t, hookSecret)
+	c := framework.NewCluster(t, framework.Options{Gates: 2, LogicEnv: []string{
+		"IM_LOGIC_WEBHOOK_ENABLED=true",
+		"IM_LOGIC_WEBHOOK_URLS=" + rcv.url(),
+		"IM_LOGIC_WEBHOOK_SECRET=" + hookSecret,
+		"IM_LOGIC_WEBHOOK_EVENTS=user.online,user.offline",
+		"IM_LOGIC_WEBHOOK_ALLOW_PRIVATE_URLS=true",
+		"IM_LOGIC_REQUEST_TIMEOUT=2s", "IM_LOGIC_WEBHOOK_SETTLE=2500ms",
+		"IM_LOGIC_WEBHOOK_POLL_INTERVAL=100ms",
+		"IM_LOGIC_WEBHOOK_GATE_SWEEP_INTERVAL=500ms",
+	}})
+	const lone, pair = int64(7_180_001), int64(7_180_002)
+	c.Login(t, 0, lone, "phone")
+	c.Login(t, 0, pair, "phone")
+	pad := c.Login(t, 1, pair, "pad")
+	online := []string{fmt.Sprintf("online %d/phone", lone), fmt.Sprintf("online %d/phone", pair)}
+	rcv.waitFor(t, "both users online", 30*time.Second, func() bool {
+		got := rcv.presence()
+		slices.Sort(got)
+		return slices.Equal(got, online)
+	})
+
+	if err := c.Gates[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// The gate's registry entry lives 30 s after its last refresh.
+	offline := fmt.Sprintf("offline %d/phone", lone)
+	rcv.waitFor(t, "user.offline of the user whose only device was on the killed gate", 60*time.Second, func() bool {
+		return slices.Contains(rcv.presence(), offline)
+	})
+	// A few more sweeps: the user with the pad online stays online.
+	time.Sleep(2 * time.Second)
+	rcv.mu.Lock()
+	got := rcv.presence()
+	rcv.mu.Unlock()
+	if want := append(slices.Clone(online), offline); len(got) != len(want) {
+		t.Fatalf("presence events %v after the gate's death, want only %v", got, want)
+	}
+
+	// The pad leaves normally: now the pair is offline, by the pad.
+	if err := pad.Close(); err != nil {
+		t.Fatal(err)
+	}
+	last := fmt.Sprintf("offline %d/pad", pair)
+	rcv.waitFor(t, "user.offline of the pair's last device", 30*time.Second, func() bool {
+		return slices.Contains(rcv.presence(), last)
+	})
+	rcv.mu.Lock()
+	got = rcv.presence()
+	rcv.mu.Unlock()
+	if len(got) != 4 {
+		t.Fatalf("presence events %v, want exactly online×2, the lone user's offline and the pair's", got)
+	}
+	rcv.checkClean(t)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/sparkim/spark/logic/internal/routesweep"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
@@ -70,6 +71,14 @@ type Presence interface {
 	UserPresence(ctx context.Context, userID int64, deviceID string, online bool) error
 }
 
+// RouteIndex keeps each gate incarnation's routes findable, so those of a
+// gate that died are swept (a *routesweep.Index).
+type RouteIndex interface {
+	Add(ctx context.Context, uid int64, device string, e route.Entry) error
+	AddBatch(ctx context.Context, routes []routesweep.Route) error
+	Remove(ctx context.Context, uid int64, device string, e route.Entry)
+}
+
 // Service authenticates connections.
 type Service struct {
 	store    *store.Store
@@ -79,6 +88,7 @@ type Service struct {
 	mailbox  Mailbox
 	admit    Admission
 	presence Presence
+	routes   RouteIndex
 	log      *zap.Logger
 	now      func() time.Time
 
@@ -101,6 +111,10 @@ func (s *Service) RecordKicks(mb Mailbox) { s.mailbox = mb }
 // RecordPresence makes AUTH report a user's first device and a close the
 // last one to p. A failure is logged, never the AUTH's or close's.
 func (s *Service) RecordPresence(p Presence) { s.presence = p }
+
+// IndexRoutes makes AUTH write each route into ix before the route itself
+// and a close or replacement take it out (decision 97).
+func (s *Service) IndexRoutes(ix RouteIndex) { s.routes = ix }
 
 // LimitDevices makes AUTH ask a before it reads the user row; its error
 // (a 42901) is AUTH's answer.
@@ -159,9 +173,19 @@ func (s *Service) Auth(ctx context.Context, conn Conn, req Credentials) (*logicv
 
 	since := now.UnixMilli()
 	entry := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: since, RealIP: conn.RealIP}
+	if s.routes != nil {
+		if err := s.routes.Add(ctx, claims.UserID, req.DeviceID, entry); err != nil {
+			return nil, nil, errcode.Wrap(errcode.Busy, "", err)
+		}
+	}
 	old, routes, err := swapRoute(ctx, s.rdb, claims.UserID, req.DeviceID, entry.String())
 	if err != nil {
 		return nil, nil, errcode.Wrap(errcode.Busy, "", err)
+	}
+	if old != "" && s.routes != nil {
+		if oe, err := route.Parse(old); err == nil && oe.Key() != entry.Key() {
+			s.routes.Remove(ctx, claims.UserID, req.DeviceID, oe)
+		}
 	}
 	if old != "" && s.kickOld(old, conn, claims.UserID, req.DeviceID) {
 		s.recordKick(ctx, claims.UserID, req.DeviceID)
@@ -232,10 +256,13 @@ func (s *Service) Closed(ctx context.Context, conn Conn, sess *logicv1.Session) 
 	if sess == nil || sess.UserId <= 0 || sess.DeviceId == "" {
 		return nil
 	}
-	v := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: sess.SinceMs}.Key()
-	left, err := closeScript.Run(ctx, s.rdb, []string{rediskey.Route(sess.UserId)}, sess.DeviceId, v).Int()
+	e := route.Entry{GateID: conn.GateID, ConnID: conn.ConnID, SinceMs: sess.SinceMs}
+	left, err := closeScript.Run(ctx, s.rdb, []string{rediskey.Route(sess.UserId)}, sess.DeviceId, e.Key()).Int()
 	if err != nil {
 		return err
+	}
+	if left >= 0 && s.routes != nil {
+		s.routes.Remove(ctx, sess.UserId, sess.DeviceId, e)
 	}
 	if left == 0 {
 		s.recordPresence(ctx, sess.UserId, sess.DeviceId, false)
@@ -285,15 +312,26 @@ func (s *Service) Wait(ctx context.Context) {
 // Resync (Redis lost the route table): HSETNX, so a route written by a
 // newer AUTH is never overwritten. It returns how many it restored.
 func (s *Service) Rebind(ctx context.Context, gateID string, bindings []*logicv1.Binding) (int, error) {
+	var restore []routesweep.Route
+	for _, b := range bindings {
+		sess := b.GetSession()
+		if sess.GetUserId() <= 0 || !protocol.ValidDeviceID(sess.GetDeviceId()) {
+			continue
+		}
+		restore = append(restore, routesweep.Route{UserID: sess.GetUserId(), DeviceID: sess.GetDeviceId(),
+			Entry: route.Entry{GateID: gateID, ConnID: b.GetConnId(), SinceMs: sess.GetSinceMs()}})
+	}
+	if s.routes != nil && len(restore) > 0 {
+		// Indexed first, as at AUTH: a restored route must be findable
+		// when its gate dies.
+		if err := s.routes.AddBatch(ctx, restore); err != nil {
+			return 0, fmt.Errorf("auth: rebind: %w", err)
+		}
+	}
 	var cmds []*redis.BoolCmd
 	_, err := s.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, b := range bindings {
-			sess := b.GetSession()
-			if sess.GetUserId() <= 0 || !protocol.ValidDeviceID(sess.GetDeviceId()) {
-				continue
-			}
-			v := route.Entry{GateID: gateID, ConnID: b.GetConnId(), SinceMs: sess.GetSinceMs()}.String()
-			cmds = append(cmds, p.HSetNX(ctx, rediskey.Route(sess.GetUserId()), sess.GetDeviceId(), v))
+		for _, r := range restore {
+			cmds = append(cmds, p.HSetNX(ctx, rediskey.Route(r.UserID), r.DeviceID, r.Entry.String()))
 		}
 		return nil
 	})

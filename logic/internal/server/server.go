@@ -38,6 +38,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/relation"
+	"github.com/sparkim/spark/logic/internal/routesweep"
 	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/upstream"
@@ -234,8 +235,12 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	mb := mailbox.New(st, ids)
 	authSvc := auth.New(st, rdb, []byte(lc.JWTSecret), gatepush.NewKicker(gates, clients, kickTimeout, log, m), log)
 	authSvc.RecordKicks(mb)
+	var sweeper *routesweep.Sweeper
 	if wc.Enabled {
 		authSvc.RecordPresence(st)
+		idx := routesweep.NewIndex(rdb, log)
+		authSvc.IndexRoutes(idx)
+		sweeper = routesweep.NewSweeper(rdb, idx, st, wc.GateSweepInterval, log)
 	}
 	limits, err := ratelimit.New(rdb, ratelimit.FromConfig(lc.RateLimit), log, reg)
 	if err != nil {
@@ -333,7 +338,9 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	switch {
 	case wc.Enabled:
 		d := webhook.NewDispatcher(st, rdb, wc, log, webhook.NewMetrics(reg))
-		go func() { defer close(dispatched); d.Run(dispatchCtx) }()
+		swept := make(chan struct{})
+		go func() { defer close(swept); sweeper.Run(dispatchCtx) }()
+		go func() { defer close(dispatched); d.Run(dispatchCtx); <-swept }()
 	case len(lc.Upstream.Services) > 0:
 		// Pulled upstream items are pruned like events even with no
 		// dispatcher to do it.
