@@ -87,7 +87,7 @@ space := $(empty) $(empty)
 E2E_CLUSTER_TESTS = ^(TestExchangeAcrossGates|TestSenderOtherDevices|TestEveryRecipientDevice\
 |TestGroupOf1000AcrossTwoGates|TestGroupPermissionsMembershipAndFlush|TestClientProtocolFriendsAndGroups\
 |TestIdempotentSend|TestFirstMessageRace|TestOrderAcrossLogicInstances\
-|TestOfflineConvergence|TestRedeliveryCountsOnce|TestReadAcrossDevices|TestRecall|TestRedisFlush\
+|TestOfflineConvergence|TestRedeliveryCountsOnce|TestReadAcrossDevices|TestRecall|TestDeleteForEveryone|TestRedisFlush\
 |TestRateLimitEachClassRefusesPastItsBurstAndRecovers|TestRateLimitIsOneBucketAcrossTwoLogicProcesses|TestRateLimitFailedAuthsBlockTheAddressNotTheUser\
 |TestLogicWithALostMachineLease.*|TestLogicSIGTERMUnderLoad.*|TestKillGateUnderLoad.*|TestKillLogicUnderLoad.*|TestKillDeliverUnderLoad.*\
 |TestDeliverWithDeadGate|TestDeliverCrashBeforeAck|TestDeliverCrashMidPush|TestDeliverSIGTERM.*\

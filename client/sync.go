@@ -165,6 +165,16 @@ func (c *Conn) Delete(ctx context.Context, conversationID, msgID int64) error {
 	return err
 }
 
+// DeleteForEveryone deletes a message for every member of its group
+// conversation (the caller must be the group's owner or an admin): it
+// becomes a status-3 tombstone for all.
+func (c *Conn) DeleteForEveryone(ctx context.Context, conversationID, msgID int64) error {
+	_, err := c.call(ctx, protocol.CmdDeleteMessage, protocol.DeleteRequest{
+		ConversationID: jsonid.ID(conversationID), MsgID: jsonid.ID(msgID), ForEveryone: true,
+	}, nil)
+	return err
+}
+
 // SetConversation changes the caller's muted and pinned flags of a
 // conversation; nil leaves a flag unchanged.
 func (c *Conn) SetConversation(ctx context.Context, conversationID int64, muted, pinned *bool) error {

@@ -66,6 +66,8 @@ const (
 const (
 	StatusNormal   = 1
 	StatusRecalled = 2
+	// StatusDeleted is a message deleted for everyone (decision 98).
+	StatusDeleted = 3
 )
 
 // Mailbox event types (t_mailbox_events.event_type).
@@ -77,6 +79,11 @@ const (
 	EventMissedMessage = 5
 	// EventDelete: the user deleted msg_id of conversation_id for
 	// themselves on another device (delete-for-me, DELETE_MESSAGE 15), so
-	// a device that was away drops it too.
+	// a device that was away drops it too; with for_everyone in its
+	// payload, it was deleted for every member (decision 98).
 	EventDelete = 6
 )
+
+// MaxEventType is the highest mailbox event type; the mailbox refuses
+// others.
+const MaxEventType = EventDelete

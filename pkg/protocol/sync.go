@@ -129,6 +129,16 @@ type MessageRef struct {
 	ConversationID jsonid.ID `json:"conversation_id"`
 }
 
+// DeleteRequest is the body of DELETE_MESSAGE (15), and its answer and
+// push.
+type DeleteRequest struct {
+	MsgID          jsonid.ID `json:"msg_id"`
+	ConversationID jsonid.ID `json:"conversation_id"`
+	// ForEveryone deletes the message for every member instead of for the
+	// caller: a group's owner and admins may (decision 98).
+	ForEveryone bool `json:"for_everyone,omitempty"`
+}
+
 // SettingsRequest is the body of CONVERSATION_SETTINGS (16); an absent
 // flag is left unchanged.
 type SettingsRequest struct {

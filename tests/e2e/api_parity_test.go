@@ -291,8 +291,15 @@ func paritySteps(receiver string) []parityStep {
 			}},
 		{method: "SendMessage", req: in(&logicv1.SendMessageRequest{SenderId: a, ToUserId: b, ClientMsgId: "parity-1", MessageType: 1, Content: text})},
 		{method: "SendMessage", req: in(&logicv1.SendMessageRequest{SenderId: a, ToUserId: b, MessageType: 1, Content: text}), code: 40001},
+		{method: "DeleteMessageForEveryone", req: in(&logicv1.DeleteMessageForEveryoneRequest{MsgId: 1}), code: 40401},
 		{method: "GetHistory", req: func(s *parityState) proto.Message {
 			return &logicv1.GetHistoryRequest{UserId: b, ConversationId: s.conv, Limit: 10}
+		}},
+		{method: "DeleteMessageForEveryone", req: func(s *parityState) proto.Message {
+			return &logicv1.DeleteMessageForEveryoneRequest{MsgId: s.msg}
+		}},
+		{method: "GetHistory", req: func(s *parityState) proto.Message {
+			return &logicv1.GetHistoryRequest{UserId: a, ConversationId: s.conv, Limit: 10}
 		}},
 		{method: "TransferGroup", req: func(s *parityState) proto.Message {
 			return &logicv1.TransferGroupRequest{OperatorId: a, GroupId: s.group, NewOwnerId: b}

@@ -70,6 +70,7 @@ const helpText = `commands:
   /history <conv> [n]     the newest n messages of a conversation (default 20)
   /read <conv>            mark a conversation read up to its newest message
   /recall <msg>           recall one of your messages (within the recall window)
+  /delete-all <msg>       delete a group message for every member (group owner and admins)
   /sync                   catch up now (also runs after login and every reconnect)
   /friends                your friends and the friend requests waiting for you
   /friend-request <uid> [note]  ask a user to be friends
@@ -629,6 +630,17 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 		}
 		a.runner.NoteEvent(client.EventRecall, mid) // no echo from the mailbox
 		a.printf("recalled #%d\n", mid)
+	case "/delete-all":
+		mid, ok := idArg(1, "msg")
+		if !ok {
+			return false
+		}
+		if err := conn.DeleteForEveryone(ctx, 0, mid); err != nil {
+			a.errorf("delete-all: %v", err)
+			return false
+		}
+		a.runner.NoteEvent(client.EventDelete, mid) // no echo from the mailbox
+		a.printf("deleted #%d for everyone\n", mid)
 	case "/friends":
 		a.friends(ctx, conn)
 	case "/friend-request", "/accept", "/block", "/unblock":
@@ -981,6 +993,10 @@ func eventLine(e client.MailboxEvent) string {
 	case client.EventRecall:
 		return fmt.Sprintf("[conv %d] #%d was recalled\n", e.ConversationID, e.MsgID)
 	case client.EventDelete:
+		var d protocol.DeleteRequest
+		if json.Unmarshal(e.Payload, &d) == nil && d.ForEveryone {
+			return fmt.Sprintf("[conv %d] #%d was deleted for everyone\n", e.ConversationID, e.MsgID)
+		}
 		return fmt.Sprintf("[conv %d] #%d was deleted for you\n", e.ConversationID, e.MsgID)
 	case client.EventKick:
 		var k protocol.KickPayload
@@ -1065,8 +1081,11 @@ func idsText(ids []jsonid.ID) string {
 }
 
 func messageText(m protocol.Message) string {
-	if m.Status == protocol.StatusRecalled {
+	switch m.Status {
+	case protocol.StatusRecalled:
 		return "(recalled)"
+	case protocol.StatusDeleted:
+		return "(deleted)"
 	}
 	if m.MessageType == 1 {
 		var c struct {

@@ -44,6 +44,23 @@ func (s *Server) SendMessage(ctx context.Context, req *logicv1.SendMessageReques
 	}, nil
 }
 
+// DeleteMessageForEveryone deletes a message for every member, as a
+// group's owner does with DELETE_MESSAGE for_everyone but for any
+// conversation: the business decides who may.
+func (s *Server) DeleteMessageForEveryone(ctx context.Context, req *logicv1.DeleteMessageForEveryoneRequest) (*logicv1.DeleteMessageForEveryoneReply, error) {
+	if req.MsgId <= 0 {
+		return nil, invalid("msg_id", "must be a positive id")
+	}
+	if req.ConversationId < 0 {
+		return nil, invalid("conversation_id", "must be 0 or a positive id")
+	}
+	ref, err := s.messages.DeleteForEveryone(ctx, message.Sender{API: true}, message.MessageRef{MsgID: req.MsgId, ConversationID: req.ConversationId})
+	if err != nil {
+		return nil, s.statusOf("DeleteMessageForEveryone", err)
+	}
+	return &logicv1.DeleteMessageForEveryoneReply{MsgId: ref.MsgID, ConversationId: ref.ConversationID}, nil
+}
+
 // MaxHistoryBytes bounds a GetHistory reply: gRPC clients refuse a
 // message over 4 MiB unless told otherwise (grpc.MaxCallRecvMsgSize), so
 // a page stops before its messages would pass that, whatever the clients'
@@ -103,14 +120,18 @@ func (s *Server) GetHistory(ctx context.Context, req *logicv1.GetHistoryRequest)
 }
 
 // historyMessage is the protobuf form of a stored message; status is
-// SYNC_MESSAGES's (1 normal, 2 recalled).
+// SYNC_MESSAGES's (1 normal, 2 recalled, 3 deleted for everyone).
 func historyMessage(m inbox.Message) *logicv1.HistoryMessage {
 	h := &logicv1.HistoryMessage{
 		MsgId: m.ID, ConversationId: m.ConversationID, ConversationType: int32(m.ConversationType),
 		SenderId: m.SenderID, ClientMsgId: m.ClientMsgID, MessageType: int32(m.MessageType),
 		Content: string(m.Content), CreatedAtMs: m.CreatedAt.UnixMilli(), Status: protocol.StatusNormal,
 	}
-	if m.Recalled {
+	switch {
+	case m.Deleted:
+		h.Status = protocol.StatusDeleted
+		h.Content = ""
+	case m.Recalled:
 		h.Status = protocol.StatusRecalled
 	}
 	return h

@@ -59,9 +59,12 @@ func Message(m inbox.Message) protocol.Message {
 		SenderID: jsonid.ID(m.SenderID), ClientMsgID: m.ClientMsgID, MessageType: m.MessageType,
 		CreatedAt: m.CreatedAt.UnixMilli(), Status: protocol.StatusNormal,
 	}
-	if m.Recalled {
+	switch {
+	case m.Deleted:
+		w.Status = protocol.StatusDeleted
+	case m.Recalled:
 		w.Status = protocol.StatusRecalled
-	} else {
+	default:
 		w.Content = json.RawMessage(m.Content)
 	}
 	return w
@@ -99,6 +102,12 @@ func MessageRef(w protocol.MessageRef) message.MessageRef {
 // answers.
 func MessageRefReply(r *message.MessageRef) protocol.MessageRef {
 	return protocol.MessageRef{MsgID: jsonid.ID(r.MsgID), ConversationID: jsonid.ID(r.ConversationID)}
+}
+
+// DeletedForEveryoneReply is the data of DELETE_MESSAGE's answer to a
+// deletion for everyone.
+func DeletedForEveryoneReply(r *message.MessageRef) protocol.DeleteRequest {
+	return protocol.DeleteRequest{MsgID: jsonid.ID(r.MsgID), ConversationID: jsonid.ID(r.ConversationID), ForEveryone: true}
 }
 
 // SettingsChange converts the CONVERSATION_SETTINGS body.

@@ -89,9 +89,14 @@ var commands = map[uint32]command{
 			return wire(ref, err, clientwire.MessageRefReply)
 		})},
 	uint32(protocol.CmdDeleteMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
-		func(h *Handler, c *call, r protocol.MessageRef) (any, error) {
-			ref, err := h.Messages.Delete(c.ctx, c.sender(), clientwire.MessageRef(r))
-			return wire(ref, err, clientwire.MessageRefReply)
+		func(h *Handler, c *call, r protocol.DeleteRequest) (any, error) {
+			ref := clientwire.MessageRef(protocol.MessageRef{MsgID: r.MsgID, ConversationID: r.ConversationID})
+			if r.ForEveryone {
+				d, err := h.Messages.DeleteForEveryone(c.ctx, c.sender(), ref)
+				return wire(d, err, clientwire.DeletedForEveryoneReply)
+			}
+			d, err := h.Messages.Delete(c.ctx, c.sender(), ref)
+			return wire(d, err, clientwire.MessageRefReply)
 		})},
 	uint32(protocol.CmdConversationSettings): {class: ratelimit.Edit, limited: true, serve: decoded("invalid JSON body (ids are integers, flags booleans)", false,
 		func(h *Handler, c *call, r protocol.SettingsRequest) (any, error) {

@@ -309,10 +309,14 @@ type Message struct {
 	SenderID         int64
 	ClientMsgID      string
 	MessageType      int
-	// Content is the message's compact JSON object; nil once recalled.
+	// Content is the message's compact JSON object; nil once recalled or
+	// deleted for everyone.
 	Content   []byte
 	CreatedAt time.Time
-	Recalled  bool
+	// Recalled is set for every tombstone; Deleted too when it was deleted
+	// for everyone rather than recalled.
+	Recalled bool
+	Deleted  bool
 }
 
 // HistoryPage is one page of a conversation's messages.
@@ -383,7 +387,7 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (HistoryPage, err
 		m := Message{
 			ID: r.ID, ConversationID: r.ConversationID, ConversationType: conv.Type,
 			SenderID: r.SenderID, ClientMsgID: r.ClientMsgID, MessageType: r.MessageType,
-			CreatedAt: r.CreatedAt, Recalled: r.Status != store.MessageNormal,
+			CreatedAt: r.CreatedAt, Recalled: r.Status != store.MessageNormal, Deleted: r.Status == store.MessageDeleted,
 		}
 		if !m.Recalled {
 			m.Content = r.Content

@@ -54,7 +54,7 @@ func Validate(e store.MailboxEvent) error {
 	switch {
 	case e.UserID <= 0:
 		return fmt.Errorf("%w: user_id %d", ErrInvalid, e.UserID)
-	case e.EventType < protocol.EventRecall || e.EventType > protocol.EventMissedMessage:
+	case e.EventType < protocol.EventRecall || e.EventType > protocol.MaxEventType:
 		return fmt.Errorf("%w: event_type %d", ErrInvalid, e.EventType)
 	case e.DeviceID != "" && !protocol.ValidDeviceID(e.DeviceID):
 		return fmt.Errorf("%w: device_id", ErrInvalid)

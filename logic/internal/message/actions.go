@@ -308,6 +308,85 @@ func (s *Service) Delete(ctx context.Context, from Sender, req MessageRef) (*Mes
 	return reply, nil
 }
 
+// DeleteForEveryone handles DELETE_MESSAGE (15) with for_everyone and the
+// API's DeleteMessageForEveryone (from.UserID 0): the message becomes a
+// status-3 tombstone for every member, who get a DELETE mailbox event
+// (for_everyone) and a push of 15, as a recall does with its own
+// (decision 98). From a device only a group's owner and admins may; the
+// sender withdraws their own message with RECALL. Deleting again, or a
+// message already recalled, answers success and pushes nothing more.
+func (s *Service) DeleteForEveryone(ctx context.Context, from Sender, req MessageRef) (*MessageRef, error) {
+	if req.MsgID <= 0 || req.ConversationID < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
+	}
+	m, err := s.store.GetMessage(ctx, req.MsgID, req.ConversationID)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errcode.New(errcode.NotFound, "message not found")
+	}
+	if err != nil {
+		return nil, errcode.Unavailable("message", err)
+	}
+	if from.UserID != 0 {
+		mem, err := s.member(ctx, m.ConversationID, from.UserID)
+		if err != nil {
+			return nil, err
+		}
+		ctype, err := s.store.ConversationType(ctx, m.ConversationID)
+		if err != nil {
+			return nil, errcode.Unavailable("conversation", err)
+		}
+		if ctype != store.ConversationGroup || mem.Role < store.RoleAdmin {
+			return nil, errcode.New(errcode.Forbidden, "only a group's owner and admins delete a message for everyone; a sender recalls their own")
+		}
+	}
+	ref := MessageRef{MsgID: m.ID, ConversationID: m.ConversationID}
+	push := protocol.DeleteRequest{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), ForEveryone: true}
+	payload, err := protocol.Marshal(push)
+	if err != nil {
+		return nil, fmt.Errorf("message: delete push: %w", err)
+	}
+	r, err := s.store.DeleteForEveryone(ctx, m.ID, m.ConversationID, from.UserID, time.Now(),
+		func(n int) ([]int64, error) { return mailbox.NewIDs(ctx, s.ids, n) },
+		func(member int64, m store.Message) store.MailboxEvent {
+			return store.MailboxEvent{UserID: member, EventType: protocol.EventDelete, ConversationID: m.ConversationID, MsgID: m.ID, Payload: payload}
+		})
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, errcode.New(errcode.NotFound, "message not found")
+	case err != nil:
+		return nil, errcode.Unavailable("delete for everyone", err)
+	}
+	// The withdrawal marker is shared with recall: a message is withdrawn
+	// once, whichever way.
+	pushed := r.Already && s.recallPushed(ctx, m.ID)
+	if pushed && r.Group {
+		return &ref, nil
+	}
+	if r.Group {
+		err := s.enqueueJob(ctx, &queuev1.DeliverJob{
+			Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(protocol.CmdDeleteMessage), MsgId: m.ID, ConversationId: m.ConversationID,
+			ConversationType: protocol.ConversationGroup, SenderId: from.UserID, SenderDevice: from.DeviceID,
+			PushData: payload, CreatedAtMs: time.Now().UnixMilli(), MailboxEventType: protocol.EventDelete,
+		}, 0, nil, time.Now())
+		if err != nil {
+			s.metrics.EnqueueFailures.Inc()
+			return nil, errcode.Unavailable("enqueue delete", err)
+		}
+		s.markRecallPushed(ctx, m.ID)
+		return &ref, nil
+	}
+	if err := s.invalidate(ctx, m.ConversationID, r.Members...); err != nil {
+		return nil, err
+	}
+	if pushed {
+		return &ref, nil
+	}
+	if s.signal(ctx, from, protocol.CmdDeleteMessage, m.ConversationID, protocol.ConversationP2P, m.ID, r.Members, push) {
+		s.markRecallPushed(ctx, m.ID)
+	}
+	return &ref, nil
+}
+
 // Settings handles CONVERSATION_SETTINGS (16): mute / pin flags of the
 // user's membership (absent = unchanged); the answer carries both flags.
 func (s *Service) Settings(ctx context.Context, from Sender, req SettingsChange) (*Settings, error) {

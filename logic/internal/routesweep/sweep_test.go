@@ -96,9 +96,13 @@ func routesOf(t *testing.T, ctx context.Context, rdb redis.Cmdable, uid int64) [
 }
 
 func TestSweepRecordsOfflineOnlyForUsersTheDeadGateLeftWithNoDevice(t *testing.T) {
+	t.Run("single redis", func(t *testing.T) { sweepScenario(t, testredis.Open(t)) })
+	t.Run("redis cluster", func(t *testing.T) { sweepScenario(t, testredis.OpenCluster(t)) })
+}
+
+func sweepScenario(t *testing.T, rdb redis.UniversalClient) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rdb := testredis.Open(t)
 	idx := NewIndex(rdb, nil)
 	ev := &events{}
 	sw := NewSweeper(rdb, idx, ev, time.Second, nil)

@@ -182,6 +182,10 @@ func (s *Store) InsertMessage(ctx context.Context, m NewMessage, choose ChooseID
 // MessageRecalled is t_messages.status of a recalled message.
 const MessageRecalled = 2
 
+// MessageDeleted is t_messages.status of a message deleted for everyone
+// (decision 98): a tombstone like a recalled one.
+const MessageDeleted = 3
+
 // Errors of RecallMessage.
 var (
 	// ErrNotSender: only the sender may recall a message.
@@ -262,6 +266,27 @@ type recallEvent struct {
 	Group          bool      `json:"group"`
 }
 
+// deleteEvent is the data of a message.deleted webhook event.
+type deleteEvent struct {
+	MsgID          jsonid.ID `json:"msg_id"`
+	ConversationID jsonid.ID `json:"conversation_id"`
+	SenderID       jsonid.ID `json:"sender_id"`
+	// OperatorID is the group owner or admin who deleted it; 0 for the
+	// business API.
+	OperatorID jsonid.ID `json:"operator_id"`
+	Group      bool      `json:"group"`
+}
+
+// withdrawal is what recallOnce does: a sender's recall, or a deletion for
+// everyone by an operator the caller authorized.
+type withdrawal struct {
+	status   int
+	userID   int64 // the sender (recall) or the operator (delete)
+	window   time.Duration
+	recall   bool
+	operator int64
+}
+
 // RecallMessage recalls msgID as userID: in one transaction it locks the
 // message, checks the sender (ErrNotSender) and the window (ErrRecallWindow;
 // window ≤ 0 means no limit), sets status recalled and, in a P2P
@@ -272,21 +297,36 @@ type recallEvent struct {
 // and nothing is written.
 func (s *Store) RecallMessage(ctx context.Context, msgID, conversationID, userID int64, window time.Duration, now time.Time,
 	ids func(n int) ([]int64, error), event func(member int64, m Message) MailboxEvent) (Recall, error) {
+	return s.withdraw(ctx, msgID, conversationID, withdrawal{status: MessageRecalled, userID: userID, window: window, recall: true}, now, ids, event)
+}
+
+// DeleteForEveryone deletes msgID for every participant as RecallMessage
+// recalls it, without the sender and window checks (the caller authorized
+// operatorID; 0 for the business API): status deleted, the P2P members'
+// mailbox events, a message.deleted webhook event. A message recalled or
+// deleted before is reported with Already and nothing is written.
+func (s *Store) DeleteForEveryone(ctx context.Context, msgID, conversationID, operatorID int64, now time.Time,
+	ids func(n int) ([]int64, error), event func(member int64, m Message) MailboxEvent) (Recall, error) {
+	return s.withdraw(ctx, msgID, conversationID, withdrawal{status: MessageDeleted, operator: operatorID}, now, ids, event)
+}
+
+func (s *Store) withdraw(ctx context.Context, msgID, conversationID int64, w withdrawal, now time.Time,
+	ids func(n int) ([]int64, error), event func(member int64, m Message) MailboxEvent) (Recall, error) {
 	var r Recall
 	err := retry.Do(ctx, txRetry, func(ctx context.Context) (err error) {
-		r, err = s.recallOnce(ctx, msgID, conversationID, userID, window, now, ids, event)
+		r, err = s.recallOnce(ctx, msgID, conversationID, w, now, ids, event)
 		return err
 	})
 	switch {
 	case err == ctx.Err() && err != nil:
 		return Recall{}, err // ended while waiting to retry
 	case IsRetryable(err):
-		return Recall{}, fmt.Errorf("store: recall: %w", err)
+		return Recall{}, fmt.Errorf("store: withdraw message: %w", err)
 	}
 	return r, err
 }
 
-func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID int64, window time.Duration, now time.Time,
+func (s *Store) recallOnce(ctx context.Context, msgID, conversationID int64, w withdrawal, now time.Time,
 	ids func(n int) ([]int64, error), event func(member int64, m Message) MailboxEvent) (Recall, error) {
 	tx, err := s.db.BeginTxx(ctx, nil)
 	if err != nil {
@@ -305,7 +345,7 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 	if err != nil {
 		return Recall{}, err
 	}
-	if m.SenderID != userID {
+	if w.recall && m.SenderID != w.userID {
 		return Recall{}, ErrNotSender
 	}
 	var ctype int
@@ -318,14 +358,15 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 			return Recall{}, err
 		}
 	}
-	if m.Status == MessageRecalled {
+	if m.Status != MessageNormal {
+		// Recalled or deleted already: gone for everyone either way.
 		r.Already = true
 		return r, nil
 	}
-	if window > 0 && now.Sub(m.CreatedAt) > window {
+	if w.recall && w.window > 0 && now.Sub(m.CreatedAt) > w.window {
 		return Recall{}, ErrRecallWindow
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET status = ? WHERE id = ?", MessageRecalled, m.ID); err != nil {
+	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET status = ? WHERE id = ?", w.status, m.ID); err != nil {
 		return Recall{}, err
 	}
 	members := r.Members
@@ -341,13 +382,19 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID, userID in
 		return Recall{}, err
 	}
 	// Last before the commit (the dispatcher's settle rule).
-	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventMessageRecalled, conversationID: m.ConversationID,
-		data: recallEvent{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), SenderID: jsonid.ID(m.SenderID), Group: r.Group}}); err != nil {
+	ev := pendingEvent{typ: EventMessageRecalled, conversationID: m.ConversationID,
+		data: recallEvent{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), SenderID: jsonid.ID(m.SenderID), Group: r.Group}}
+	if !w.recall {
+		ev = pendingEvent{typ: EventMessageDeleted, conversationID: m.ConversationID,
+			data: deleteEvent{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), SenderID: jsonid.ID(m.SenderID),
+				OperatorID: jsonid.ID(w.operator), Group: r.Group}}
+	}
+	if err := s.writeWebhookEvents(ctx, tx, now, ev); err != nil {
 		return Recall{}, err
 	}
 	if err := tx.Commit(); err != nil {
 		return Recall{}, err
 	}
-	r.Message.Status = MessageRecalled
+	r.Message.Status = w.status
 	return r, nil
 }

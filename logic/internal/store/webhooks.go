@@ -18,6 +18,7 @@ import (
 // among them: it is read from t_messages.
 const (
 	EventMessageRecalled     = "message.recalled"
+	EventMessageDeleted      = "message.deleted"
 	EventGroupCreated        = "group.created"
 	EventGroupMembersAdded   = "group.members_added"
 	EventGroupMembersRemoved = "group.members_removed"

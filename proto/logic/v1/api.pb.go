@@ -2316,6 +2316,111 @@ func (x *SendMessageReply) GetClientMsgId() string {
 	return ""
 }
 
+type DeleteMessageForEveryoneRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	MsgId int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	// conversation_id, when set, must be the message's.
+	ConversationId int64 `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteMessageForEveryoneRequest) Reset() {
+	*x = DeleteMessageForEveryoneRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteMessageForEveryoneRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteMessageForEveryoneRequest) ProtoMessage() {}
+
+func (x *DeleteMessageForEveryoneRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteMessageForEveryoneRequest.ProtoReflect.Descriptor instead.
+func (*DeleteMessageForEveryoneRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *DeleteMessageForEveryoneRequest) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *DeleteMessageForEveryoneRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+type DeleteMessageForEveryoneReply struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MsgId          int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *DeleteMessageForEveryoneReply) Reset() {
+	*x = DeleteMessageForEveryoneReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteMessageForEveryoneReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteMessageForEveryoneReply) ProtoMessage() {}
+
+func (x *DeleteMessageForEveryoneReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteMessageForEveryoneReply.ProtoReflect.Descriptor instead.
+func (*DeleteMessageForEveryoneReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *DeleteMessageForEveryoneReply) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *DeleteMessageForEveryoneReply) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
 type GetHistoryRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// user_id reads as that member (deleted-for-me messages are left out).
@@ -2332,7 +2437,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[35]
+	mi := &file_logic_v1_api_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2344,7 +2449,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[35]
+	mi := &file_logic_v1_api_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2357,7 +2462,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{35}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetHistoryRequest) GetUserId() int64 {
@@ -2407,7 +2512,7 @@ type HistoryMessage struct {
 
 func (x *HistoryMessage) Reset() {
 	*x = HistoryMessage{}
-	mi := &file_logic_v1_api_proto_msgTypes[36]
+	mi := &file_logic_v1_api_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2419,7 +2524,7 @@ func (x *HistoryMessage) String() string {
 func (*HistoryMessage) ProtoMessage() {}
 
 func (x *HistoryMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[36]
+	mi := &file_logic_v1_api_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2432,7 +2537,7 @@ func (x *HistoryMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistoryMessage.ProtoReflect.Descriptor instead.
 func (*HistoryMessage) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{36}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HistoryMessage) GetMsgId() int64 {
@@ -2510,7 +2615,7 @@ type GetHistoryReply struct {
 
 func (x *GetHistoryReply) Reset() {
 	*x = GetHistoryReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[37]
+	mi := &file_logic_v1_api_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2522,7 +2627,7 @@ func (x *GetHistoryReply) String() string {
 func (*GetHistoryReply) ProtoMessage() {}
 
 func (x *GetHistoryReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[37]
+	mi := &file_logic_v1_api_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2535,7 +2640,7 @@ func (x *GetHistoryReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryReply.ProtoReflect.Descriptor instead.
 func (*GetHistoryReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{37}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GetHistoryReply) GetMessages() []*HistoryMessage {
@@ -2570,7 +2675,7 @@ type PushToUsersRequest struct {
 
 func (x *PushToUsersRequest) Reset() {
 	*x = PushToUsersRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[38]
+	mi := &file_logic_v1_api_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2582,7 +2687,7 @@ func (x *PushToUsersRequest) String() string {
 func (*PushToUsersRequest) ProtoMessage() {}
 
 func (x *PushToUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[38]
+	mi := &file_logic_v1_api_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2595,7 +2700,7 @@ func (x *PushToUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushToUsersRequest.ProtoReflect.Descriptor instead.
 func (*PushToUsersRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{38}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PushToUsersRequest) GetUserIds() []int64 {
@@ -2622,7 +2727,7 @@ type BroadcastRequest struct {
 
 func (x *BroadcastRequest) Reset() {
 	*x = BroadcastRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[39]
+	mi := &file_logic_v1_api_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2739,7 @@ func (x *BroadcastRequest) String() string {
 func (*BroadcastRequest) ProtoMessage() {}
 
 func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[39]
+	mi := &file_logic_v1_api_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2752,7 @@ func (x *BroadcastRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BroadcastRequest.ProtoReflect.Descriptor instead.
 func (*BroadcastRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{39}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *BroadcastRequest) GetPayload() string {
@@ -2671,7 +2776,7 @@ type PushReply struct {
 
 func (x *PushReply) Reset() {
 	*x = PushReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[40]
+	mi := &file_logic_v1_api_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2683,7 +2788,7 @@ func (x *PushReply) String() string {
 func (*PushReply) ProtoMessage() {}
 
 func (x *PushReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[40]
+	mi := &file_logic_v1_api_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2696,7 +2801,7 @@ func (x *PushReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushReply.ProtoReflect.Descriptor instead.
 func (*PushReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{40}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PushReply) GetDelivered() uint32 {
@@ -2729,7 +2834,7 @@ type GetPresenceRequest struct {
 
 func (x *GetPresenceRequest) Reset() {
 	*x = GetPresenceRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[41]
+	mi := &file_logic_v1_api_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2846,7 @@ func (x *GetPresenceRequest) String() string {
 func (*GetPresenceRequest) ProtoMessage() {}
 
 func (x *GetPresenceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[41]
+	mi := &file_logic_v1_api_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2859,7 @@ func (x *GetPresenceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPresenceRequest.ProtoReflect.Descriptor instead.
 func (*GetPresenceRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{41}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *GetPresenceRequest) GetUserIds() []int64 {
@@ -2779,7 +2884,7 @@ type Device struct {
 
 func (x *Device) Reset() {
 	*x = Device{}
-	mi := &file_logic_v1_api_proto_msgTypes[42]
+	mi := &file_logic_v1_api_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2896,7 @@ func (x *Device) String() string {
 func (*Device) ProtoMessage() {}
 
 func (x *Device) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[42]
+	mi := &file_logic_v1_api_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2909,7 @@ func (x *Device) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Device.ProtoReflect.Descriptor instead.
 func (*Device) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{42}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Device) GetDeviceId() string {
@@ -2853,7 +2958,7 @@ type Presence struct {
 
 func (x *Presence) Reset() {
 	*x = Presence{}
-	mi := &file_logic_v1_api_proto_msgTypes[43]
+	mi := &file_logic_v1_api_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2865,7 +2970,7 @@ func (x *Presence) String() string {
 func (*Presence) ProtoMessage() {}
 
 func (x *Presence) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[43]
+	mi := &file_logic_v1_api_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2878,7 +2983,7 @@ func (x *Presence) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Presence.ProtoReflect.Descriptor instead.
 func (*Presence) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{43}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Presence) GetUserId() int64 {
@@ -2904,7 +3009,7 @@ type GetPresenceReply struct {
 
 func (x *GetPresenceReply) Reset() {
 	*x = GetPresenceReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[44]
+	mi := &file_logic_v1_api_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2916,7 +3021,7 @@ func (x *GetPresenceReply) String() string {
 func (*GetPresenceReply) ProtoMessage() {}
 
 func (x *GetPresenceReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[44]
+	mi := &file_logic_v1_api_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2929,7 +3034,7 @@ func (x *GetPresenceReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPresenceReply.ProtoReflect.Descriptor instead.
 func (*GetPresenceReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{44}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetPresenceReply) GetUsers() []*Presence {
@@ -2953,7 +3058,7 @@ type KickUserRequest struct {
 
 func (x *KickUserRequest) Reset() {
 	*x = KickUserRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[45]
+	mi := &file_logic_v1_api_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3070,7 @@ func (x *KickUserRequest) String() string {
 func (*KickUserRequest) ProtoMessage() {}
 
 func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[45]
+	mi := &file_logic_v1_api_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3083,7 @@ func (x *KickUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserRequest.ProtoReflect.Descriptor instead.
 func (*KickUserRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{45}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *KickUserRequest) GetUserId() int64 {
@@ -3012,7 +3117,7 @@ type KickUserReply struct {
 
 func (x *KickUserReply) Reset() {
 	*x = KickUserReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[46]
+	mi := &file_logic_v1_api_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3024,7 +3129,7 @@ func (x *KickUserReply) String() string {
 func (*KickUserReply) ProtoMessage() {}
 
 func (x *KickUserReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[46]
+	mi := &file_logic_v1_api_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3037,7 +3142,7 @@ func (x *KickUserReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KickUserReply.ProtoReflect.Descriptor instead.
 func (*KickUserReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{46}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *KickUserReply) GetKicked() uint32 {
@@ -3055,7 +3160,7 @@ type ListGatesRequest struct {
 
 func (x *ListGatesRequest) Reset() {
 	*x = ListGatesRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[47]
+	mi := &file_logic_v1_api_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3067,7 +3172,7 @@ func (x *ListGatesRequest) String() string {
 func (*ListGatesRequest) ProtoMessage() {}
 
 func (x *ListGatesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[47]
+	mi := &file_logic_v1_api_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3080,7 +3185,7 @@ func (x *ListGatesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatesRequest.ProtoReflect.Descriptor instead.
 func (*ListGatesRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{47}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{49}
 }
 
 type GateInfo struct {
@@ -3103,7 +3208,7 @@ type GateInfo struct {
 
 func (x *GateInfo) Reset() {
 	*x = GateInfo{}
-	mi := &file_logic_v1_api_proto_msgTypes[48]
+	mi := &file_logic_v1_api_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3115,7 +3220,7 @@ func (x *GateInfo) String() string {
 func (*GateInfo) ProtoMessage() {}
 
 func (x *GateInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[48]
+	mi := &file_logic_v1_api_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3128,7 +3233,7 @@ func (x *GateInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GateInfo.ProtoReflect.Descriptor instead.
 func (*GateInfo) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{48}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GateInfo) GetGateId() string {
@@ -3196,7 +3301,7 @@ type ListGatesReply struct {
 
 func (x *ListGatesReply) Reset() {
 	*x = ListGatesReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[49]
+	mi := &file_logic_v1_api_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3313,7 @@ func (x *ListGatesReply) String() string {
 func (*ListGatesReply) ProtoMessage() {}
 
 func (x *ListGatesReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[49]
+	mi := &file_logic_v1_api_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3326,7 @@ func (x *ListGatesReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGatesReply.ProtoReflect.Descriptor instead.
 func (*ListGatesReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{49}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListGatesReply) GetGates() []*GateInfo {
@@ -3250,7 +3355,7 @@ type RegisterPushTokenRequest struct {
 
 func (x *RegisterPushTokenRequest) Reset() {
 	*x = RegisterPushTokenRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[50]
+	mi := &file_logic_v1_api_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3367,7 @@ func (x *RegisterPushTokenRequest) String() string {
 func (*RegisterPushTokenRequest) ProtoMessage() {}
 
 func (x *RegisterPushTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[50]
+	mi := &file_logic_v1_api_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3380,7 @@ func (x *RegisterPushTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterPushTokenRequest.ProtoReflect.Descriptor instead.
 func (*RegisterPushTokenRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{50}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *RegisterPushTokenRequest) GetUserId() int64 {
@@ -3337,7 +3442,7 @@ type UnregisterPushTokenRequest struct {
 
 func (x *UnregisterPushTokenRequest) Reset() {
 	*x = UnregisterPushTokenRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[51]
+	mi := &file_logic_v1_api_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3349,7 +3454,7 @@ func (x *UnregisterPushTokenRequest) String() string {
 func (*UnregisterPushTokenRequest) ProtoMessage() {}
 
 func (x *UnregisterPushTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[51]
+	mi := &file_logic_v1_api_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3362,7 +3467,7 @@ func (x *UnregisterPushTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterPushTokenRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterPushTokenRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{51}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *UnregisterPushTokenRequest) GetUserId() int64 {
@@ -3389,7 +3494,7 @@ type PushTokenReply struct {
 
 func (x *PushTokenReply) Reset() {
 	*x = PushTokenReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[52]
+	mi := &file_logic_v1_api_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3401,7 +3506,7 @@ func (x *PushTokenReply) String() string {
 func (*PushTokenReply) ProtoMessage() {}
 
 func (x *PushTokenReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[52]
+	mi := &file_logic_v1_api_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3414,7 +3519,7 @@ func (x *PushTokenReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushTokenReply.ProtoReflect.Descriptor instead.
 func (*PushTokenReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{52}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PushTokenReply) GetRegistered() bool {
@@ -3436,7 +3541,7 @@ type PushSettings struct {
 
 func (x *PushSettings) Reset() {
 	*x = PushSettings{}
-	mi := &file_logic_v1_api_proto_msgTypes[53]
+	mi := &file_logic_v1_api_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3448,7 +3553,7 @@ func (x *PushSettings) String() string {
 func (*PushSettings) ProtoMessage() {}
 
 func (x *PushSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[53]
+	mi := &file_logic_v1_api_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3461,7 +3566,7 @@ func (x *PushSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PushSettings.ProtoReflect.Descriptor instead.
 func (*PushSettings) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{53}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PushSettings) GetUserId() int64 {
@@ -3487,7 +3592,7 @@ type GetPushSettingsRequest struct {
 
 func (x *GetPushSettingsRequest) Reset() {
 	*x = GetPushSettingsRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[54]
+	mi := &file_logic_v1_api_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3499,7 +3604,7 @@ func (x *GetPushSettingsRequest) String() string {
 func (*GetPushSettingsRequest) ProtoMessage() {}
 
 func (x *GetPushSettingsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[54]
+	mi := &file_logic_v1_api_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3512,7 +3617,7 @@ func (x *GetPushSettingsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPushSettingsRequest.ProtoReflect.Descriptor instead.
 func (*GetPushSettingsRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{54}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *GetPushSettingsRequest) GetUserId() int64 {
@@ -3537,7 +3642,7 @@ type CreateWebhookEndpointRequest struct {
 
 func (x *CreateWebhookEndpointRequest) Reset() {
 	*x = CreateWebhookEndpointRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[55]
+	mi := &file_logic_v1_api_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3549,7 +3654,7 @@ func (x *CreateWebhookEndpointRequest) String() string {
 func (*CreateWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[55]
+	mi := &file_logic_v1_api_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3562,7 +3667,7 @@ func (x *CreateWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{55}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *CreateWebhookEndpointRequest) GetUrl() string {
@@ -3609,7 +3714,7 @@ type WebhookEndpoint struct {
 
 func (x *WebhookEndpoint) Reset() {
 	*x = WebhookEndpoint{}
-	mi := &file_logic_v1_api_proto_msgTypes[56]
+	mi := &file_logic_v1_api_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3621,7 +3726,7 @@ func (x *WebhookEndpoint) String() string {
 func (*WebhookEndpoint) ProtoMessage() {}
 
 func (x *WebhookEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[56]
+	mi := &file_logic_v1_api_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3634,7 +3739,7 @@ func (x *WebhookEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookEndpoint.ProtoReflect.Descriptor instead.
 func (*WebhookEndpoint) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{56}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WebhookEndpoint) GetEndpointId() int64 {
@@ -3729,7 +3834,7 @@ type ListWebhookEndpointsRequest struct {
 
 func (x *ListWebhookEndpointsRequest) Reset() {
 	*x = ListWebhookEndpointsRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[57]
+	mi := &file_logic_v1_api_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3741,7 +3846,7 @@ func (x *ListWebhookEndpointsRequest) String() string {
 func (*ListWebhookEndpointsRequest) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[57]
+	mi := &file_logic_v1_api_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3754,7 +3859,7 @@ func (x *ListWebhookEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{57}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{59}
 }
 
 type ListWebhookEndpointsReply struct {
@@ -3766,7 +3871,7 @@ type ListWebhookEndpointsReply struct {
 
 func (x *ListWebhookEndpointsReply) Reset() {
 	*x = ListWebhookEndpointsReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[58]
+	mi := &file_logic_v1_api_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3778,7 +3883,7 @@ func (x *ListWebhookEndpointsReply) String() string {
 func (*ListWebhookEndpointsReply) ProtoMessage() {}
 
 func (x *ListWebhookEndpointsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[58]
+	mi := &file_logic_v1_api_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3791,7 +3896,7 @@ func (x *ListWebhookEndpointsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhookEndpointsReply.ProtoReflect.Descriptor instead.
 func (*ListWebhookEndpointsReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{58}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListWebhookEndpointsReply) GetEndpoints() []*WebhookEndpoint {
@@ -3810,7 +3915,7 @@ type WebhookEndpointRef struct {
 
 func (x *WebhookEndpointRef) Reset() {
 	*x = WebhookEndpointRef{}
-	mi := &file_logic_v1_api_proto_msgTypes[59]
+	mi := &file_logic_v1_api_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3822,7 +3927,7 @@ func (x *WebhookEndpointRef) String() string {
 func (*WebhookEndpointRef) ProtoMessage() {}
 
 func (x *WebhookEndpointRef) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[59]
+	mi := &file_logic_v1_api_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3835,7 +3940,7 @@ func (x *WebhookEndpointRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WebhookEndpointRef.ProtoReflect.Descriptor instead.
 func (*WebhookEndpointRef) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{59}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *WebhookEndpointRef) GetEndpointId() int64 {
@@ -3856,7 +3961,7 @@ type RotateWebhookSecretRequest struct {
 
 func (x *RotateWebhookSecretRequest) Reset() {
 	*x = RotateWebhookSecretRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[60]
+	mi := &file_logic_v1_api_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3868,7 +3973,7 @@ func (x *RotateWebhookSecretRequest) String() string {
 func (*RotateWebhookSecretRequest) ProtoMessage() {}
 
 func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[60]
+	mi := &file_logic_v1_api_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3881,7 +3986,7 @@ func (x *RotateWebhookSecretRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RotateWebhookSecretRequest.ProtoReflect.Descriptor instead.
 func (*RotateWebhookSecretRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{60}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *RotateWebhookSecretRequest) GetEndpointId() int64 {
@@ -3910,7 +4015,7 @@ type ReplayWebhookEndpointRequest struct {
 
 func (x *ReplayWebhookEndpointRequest) Reset() {
 	*x = ReplayWebhookEndpointRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[61]
+	mi := &file_logic_v1_api_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3922,7 +4027,7 @@ func (x *ReplayWebhookEndpointRequest) String() string {
 func (*ReplayWebhookEndpointRequest) ProtoMessage() {}
 
 func (x *ReplayWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[61]
+	mi := &file_logic_v1_api_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3935,7 +4040,7 @@ func (x *ReplayWebhookEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplayWebhookEndpointRequest.ProtoReflect.Descriptor instead.
 func (*ReplayWebhookEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{61}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ReplayWebhookEndpointRequest) GetEndpointId() int64 {
@@ -3965,7 +4070,7 @@ type TestWebhookEndpointReply struct {
 
 func (x *TestWebhookEndpointReply) Reset() {
 	*x = TestWebhookEndpointReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[62]
+	mi := &file_logic_v1_api_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3977,7 +4082,7 @@ func (x *TestWebhookEndpointReply) String() string {
 func (*TestWebhookEndpointReply) ProtoMessage() {}
 
 func (x *TestWebhookEndpointReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[62]
+	mi := &file_logic_v1_api_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3990,7 +4095,7 @@ func (x *TestWebhookEndpointReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TestWebhookEndpointReply.ProtoReflect.Descriptor instead.
 func (*TestWebhookEndpointReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{62}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TestWebhookEndpointReply) GetWebhookId() string {
@@ -4029,7 +4134,7 @@ type PullUpstreamRequest struct {
 
 func (x *PullUpstreamRequest) Reset() {
 	*x = PullUpstreamRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[63]
+	mi := &file_logic_v1_api_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4041,7 +4146,7 @@ func (x *PullUpstreamRequest) String() string {
 func (*PullUpstreamRequest) ProtoMessage() {}
 
 func (x *PullUpstreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[63]
+	mi := &file_logic_v1_api_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4054,7 +4159,7 @@ func (x *PullUpstreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullUpstreamRequest.ProtoReflect.Descriptor instead.
 func (*PullUpstreamRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{63}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *PullUpstreamRequest) GetService() string {
@@ -4099,7 +4204,7 @@ type UpstreamItem struct {
 
 func (x *UpstreamItem) Reset() {
 	*x = UpstreamItem{}
-	mi := &file_logic_v1_api_proto_msgTypes[64]
+	mi := &file_logic_v1_api_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4111,7 +4216,7 @@ func (x *UpstreamItem) String() string {
 func (*UpstreamItem) ProtoMessage() {}
 
 func (x *UpstreamItem) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[64]
+	mi := &file_logic_v1_api_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4124,7 +4229,7 @@ func (x *UpstreamItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpstreamItem.ProtoReflect.Descriptor instead.
 func (*UpstreamItem) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{64}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *UpstreamItem) GetId() int64 {
@@ -4185,7 +4290,7 @@ type PullUpstreamReply struct {
 
 func (x *PullUpstreamReply) Reset() {
 	*x = PullUpstreamReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[65]
+	mi := &file_logic_v1_api_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4197,7 +4302,7 @@ func (x *PullUpstreamReply) String() string {
 func (*PullUpstreamReply) ProtoMessage() {}
 
 func (x *PullUpstreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[65]
+	mi := &file_logic_v1_api_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4210,7 +4315,7 @@ func (x *PullUpstreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullUpstreamReply.ProtoReflect.Descriptor instead.
 func (*PullUpstreamReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{65}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *PullUpstreamReply) GetItems() []*UpstreamItem {
@@ -4232,7 +4337,7 @@ type AckUpstreamRequest struct {
 
 func (x *AckUpstreamRequest) Reset() {
 	*x = AckUpstreamRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[66]
+	mi := &file_logic_v1_api_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4244,7 +4349,7 @@ func (x *AckUpstreamRequest) String() string {
 func (*AckUpstreamRequest) ProtoMessage() {}
 
 func (x *AckUpstreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[66]
+	mi := &file_logic_v1_api_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4257,7 +4362,7 @@ func (x *AckUpstreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckUpstreamRequest.ProtoReflect.Descriptor instead.
 func (*AckUpstreamRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{66}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *AckUpstreamRequest) GetService() string {
@@ -4284,7 +4389,7 @@ type AckUpstreamReply struct {
 
 func (x *AckUpstreamReply) Reset() {
 	*x = AckUpstreamReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[67]
+	mi := &file_logic_v1_api_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4401,7 @@ func (x *AckUpstreamReply) String() string {
 func (*AckUpstreamReply) ProtoMessage() {}
 
 func (x *AckUpstreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[67]
+	mi := &file_logic_v1_api_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4414,7 @@ func (x *AckUpstreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AckUpstreamReply.ProtoReflect.Descriptor instead.
 func (*AckUpstreamReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{67}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *AckUpstreamReply) GetCursorId() int64 {
@@ -4504,7 +4609,13 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12$\n" +
 	"\x0eserver_time_ms\x18\x03 \x01(\x03R\fserverTimeMs\x12\"\n" +
-	"\rclient_msg_id\x18\x04 \x01(\tR\vclientMsgId\"\x8d\x01\n" +
+	"\rclient_msg_id\x18\x04 \x01(\tR\vclientMsgId\"a\n" +
+	"\x1fDeleteMessageForEveryoneRequest\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\"_\n" +
+	"\x1dDeleteMessageForEveryoneReply\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\"\x8d\x01\n" +
 	"\x11GetHistoryRequest\x12\x17\n" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12 \n" +
@@ -4647,7 +4758,7 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xcd'\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xe7(\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -4681,7 +4792,8 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\vUpdateGroup\x12\x1c.logic.v1.UpdateGroupRequest\x1a\x14.logic.v1.GroupReply\" \x82\xd3\xe4\x93\x02\x1a:\x01*2\x15/v1/groups/{group_id}\x12N\n" +
 	"\bGetGroup\x12\x12.logic.v1.GroupRef\x1a\x0f.logic.v1.Group\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/groups/{group_id}\x12}\n" +
 	"\x10ListGroupMembers\x12!.logic.v1.ListGroupMembersRequest\x1a\x1f.logic.v1.ListGroupMembersReply\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/groups/{group_id}/members\x12`\n" +
-	"\vSendMessage\x12\x1c.logic.v1.SendMessageRequest\x1a\x1a.logic.v1.SendMessageReply\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/messages\x12\x8a\x01\n" +
+	"\vSendMessage\x12\x1c.logic.v1.SendMessageRequest\x1a\x1a.logic.v1.SendMessageReply\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/messages\x12\x97\x01\n" +
+	"\x18DeleteMessageForEveryone\x12).logic.v1.DeleteMessageForEveryoneRequest\x1a'.logic.v1.DeleteMessageForEveryoneReply\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/messages/{msg_id}:delete\x12\x8a\x01\n" +
 	"\n" +
 	"GetHistory\x12\x1b.logic.v1.GetHistoryRequest\x1a\x19.logic.v1.GetHistoryReply\"D\x82\xd3\xe4\x93\x02>\x12</v1/users/{user_id}/conversations/{conversation_id}/messages\x12U\n" +
 	"\vPushToUsers\x12\x1c.logic.v1.PushToUsersRequest\x1a\x13.logic.v1.PushReply\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/push\x12V\n" +
@@ -4715,77 +4827,79 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_logic_v1_api_proto_goTypes = []any{
-	(GroupRole)(0),                       // 0: logic.v1.GroupRole
-	(*UpsertUserRequest)(nil),            // 1: logic.v1.UpsertUserRequest
-	(*GetUserRequest)(nil),               // 2: logic.v1.GetUserRequest
-	(*User)(nil),                         // 3: logic.v1.User
-	(*DisableUserRequest)(nil),           // 4: logic.v1.DisableUserRequest
-	(*DisableUserReply)(nil),             // 5: logic.v1.DisableUserReply
-	(*EnableUserRequest)(nil),            // 6: logic.v1.EnableUserRequest
-	(*IssueTokenRequest)(nil),            // 7: logic.v1.IssueTokenRequest
-	(*IssueTokenReply)(nil),              // 8: logic.v1.IssueTokenReply
-	(*RevokeTokensRequest)(nil),          // 9: logic.v1.RevokeTokensRequest
-	(*RevokeTokensReply)(nil),            // 10: logic.v1.RevokeTokensReply
-	(*FriendPair)(nil),                   // 11: logic.v1.FriendPair
-	(*FriendRequestRequest)(nil),         // 12: logic.v1.FriendRequestRequest
-	(*BlockRequest)(nil),                 // 13: logic.v1.BlockRequest
-	(*ChangeReply)(nil),                  // 14: logic.v1.ChangeReply
-	(*ListRequest)(nil),                  // 15: logic.v1.ListRequest
-	(*Friend)(nil),                       // 16: logic.v1.Friend
-	(*ListFriendsReply)(nil),             // 17: logic.v1.ListFriendsReply
-	(*Blocked)(nil),                      // 18: logic.v1.Blocked
-	(*ListBlocksReply)(nil),              // 19: logic.v1.ListBlocksReply
-	(*Group)(nil),                        // 20: logic.v1.Group
-	(*GroupReply)(nil),                   // 21: logic.v1.GroupReply
-	(*CreateGroupRequest)(nil),           // 22: logic.v1.CreateGroupRequest
-	(*GroupRef)(nil),                     // 23: logic.v1.GroupRef
-	(*ChangeGroupMembersRequest)(nil),    // 24: logic.v1.ChangeGroupMembersRequest
-	(*LeaveGroupRequest)(nil),            // 25: logic.v1.LeaveGroupRequest
-	(*SetGroupRoleRequest)(nil),          // 26: logic.v1.SetGroupRoleRequest
-	(*MuteGroupRequest)(nil),             // 27: logic.v1.MuteGroupRequest
-	(*MuteGroupMemberRequest)(nil),       // 28: logic.v1.MuteGroupMemberRequest
-	(*TransferGroupRequest)(nil),         // 29: logic.v1.TransferGroupRequest
-	(*UpdateGroupRequest)(nil),           // 30: logic.v1.UpdateGroupRequest
-	(*ListGroupMembersRequest)(nil),      // 31: logic.v1.ListGroupMembersRequest
-	(*GroupMember)(nil),                  // 32: logic.v1.GroupMember
-	(*ListGroupMembersReply)(nil),        // 33: logic.v1.ListGroupMembersReply
-	(*SendMessageRequest)(nil),           // 34: logic.v1.SendMessageRequest
-	(*SendMessageReply)(nil),             // 35: logic.v1.SendMessageReply
-	(*GetHistoryRequest)(nil),            // 36: logic.v1.GetHistoryRequest
-	(*HistoryMessage)(nil),               // 37: logic.v1.HistoryMessage
-	(*GetHistoryReply)(nil),              // 38: logic.v1.GetHistoryReply
-	(*PushToUsersRequest)(nil),           // 39: logic.v1.PushToUsersRequest
-	(*BroadcastRequest)(nil),             // 40: logic.v1.BroadcastRequest
-	(*PushReply)(nil),                    // 41: logic.v1.PushReply
-	(*GetPresenceRequest)(nil),           // 42: logic.v1.GetPresenceRequest
-	(*Device)(nil),                       // 43: logic.v1.Device
-	(*Presence)(nil),                     // 44: logic.v1.Presence
-	(*GetPresenceReply)(nil),             // 45: logic.v1.GetPresenceReply
-	(*KickUserRequest)(nil),              // 46: logic.v1.KickUserRequest
-	(*KickUserReply)(nil),                // 47: logic.v1.KickUserReply
-	(*ListGatesRequest)(nil),             // 48: logic.v1.ListGatesRequest
-	(*GateInfo)(nil),                     // 49: logic.v1.GateInfo
-	(*ListGatesReply)(nil),               // 50: logic.v1.ListGatesReply
-	(*RegisterPushTokenRequest)(nil),     // 51: logic.v1.RegisterPushTokenRequest
-	(*UnregisterPushTokenRequest)(nil),   // 52: logic.v1.UnregisterPushTokenRequest
-	(*PushTokenReply)(nil),               // 53: logic.v1.PushTokenReply
-	(*PushSettings)(nil),                 // 54: logic.v1.PushSettings
-	(*GetPushSettingsRequest)(nil),       // 55: logic.v1.GetPushSettingsRequest
-	(*CreateWebhookEndpointRequest)(nil), // 56: logic.v1.CreateWebhookEndpointRequest
-	(*WebhookEndpoint)(nil),              // 57: logic.v1.WebhookEndpoint
-	(*ListWebhookEndpointsRequest)(nil),  // 58: logic.v1.ListWebhookEndpointsRequest
-	(*ListWebhookEndpointsReply)(nil),    // 59: logic.v1.ListWebhookEndpointsReply
-	(*WebhookEndpointRef)(nil),           // 60: logic.v1.WebhookEndpointRef
-	(*RotateWebhookSecretRequest)(nil),   // 61: logic.v1.RotateWebhookSecretRequest
-	(*ReplayWebhookEndpointRequest)(nil), // 62: logic.v1.ReplayWebhookEndpointRequest
-	(*TestWebhookEndpointReply)(nil),     // 63: logic.v1.TestWebhookEndpointReply
-	(*PullUpstreamRequest)(nil),          // 64: logic.v1.PullUpstreamRequest
-	(*UpstreamItem)(nil),                 // 65: logic.v1.UpstreamItem
-	(*PullUpstreamReply)(nil),            // 66: logic.v1.PullUpstreamReply
-	(*AckUpstreamRequest)(nil),           // 67: logic.v1.AckUpstreamRequest
-	(*AckUpstreamReply)(nil),             // 68: logic.v1.AckUpstreamReply
+	(GroupRole)(0),                          // 0: logic.v1.GroupRole
+	(*UpsertUserRequest)(nil),               // 1: logic.v1.UpsertUserRequest
+	(*GetUserRequest)(nil),                  // 2: logic.v1.GetUserRequest
+	(*User)(nil),                            // 3: logic.v1.User
+	(*DisableUserRequest)(nil),              // 4: logic.v1.DisableUserRequest
+	(*DisableUserReply)(nil),                // 5: logic.v1.DisableUserReply
+	(*EnableUserRequest)(nil),               // 6: logic.v1.EnableUserRequest
+	(*IssueTokenRequest)(nil),               // 7: logic.v1.IssueTokenRequest
+	(*IssueTokenReply)(nil),                 // 8: logic.v1.IssueTokenReply
+	(*RevokeTokensRequest)(nil),             // 9: logic.v1.RevokeTokensRequest
+	(*RevokeTokensReply)(nil),               // 10: logic.v1.RevokeTokensReply
+	(*FriendPair)(nil),                      // 11: logic.v1.FriendPair
+	(*FriendRequestRequest)(nil),            // 12: logic.v1.FriendRequestRequest
+	(*BlockRequest)(nil),                    // 13: logic.v1.BlockRequest
+	(*ChangeReply)(nil),                     // 14: logic.v1.ChangeReply
+	(*ListRequest)(nil),                     // 15: logic.v1.ListRequest
+	(*Friend)(nil),                          // 16: logic.v1.Friend
+	(*ListFriendsReply)(nil),                // 17: logic.v1.ListFriendsReply
+	(*Blocked)(nil),                         // 18: logic.v1.Blocked
+	(*ListBlocksReply)(nil),                 // 19: logic.v1.ListBlocksReply
+	(*Group)(nil),                           // 20: logic.v1.Group
+	(*GroupReply)(nil),                      // 21: logic.v1.GroupReply
+	(*CreateGroupRequest)(nil),              // 22: logic.v1.CreateGroupRequest
+	(*GroupRef)(nil),                        // 23: logic.v1.GroupRef
+	(*ChangeGroupMembersRequest)(nil),       // 24: logic.v1.ChangeGroupMembersRequest
+	(*LeaveGroupRequest)(nil),               // 25: logic.v1.LeaveGroupRequest
+	(*SetGroupRoleRequest)(nil),             // 26: logic.v1.SetGroupRoleRequest
+	(*MuteGroupRequest)(nil),                // 27: logic.v1.MuteGroupRequest
+	(*MuteGroupMemberRequest)(nil),          // 28: logic.v1.MuteGroupMemberRequest
+	(*TransferGroupRequest)(nil),            // 29: logic.v1.TransferGroupRequest
+	(*UpdateGroupRequest)(nil),              // 30: logic.v1.UpdateGroupRequest
+	(*ListGroupMembersRequest)(nil),         // 31: logic.v1.ListGroupMembersRequest
+	(*GroupMember)(nil),                     // 32: logic.v1.GroupMember
+	(*ListGroupMembersReply)(nil),           // 33: logic.v1.ListGroupMembersReply
+	(*SendMessageRequest)(nil),              // 34: logic.v1.SendMessageRequest
+	(*SendMessageReply)(nil),                // 35: logic.v1.SendMessageReply
+	(*DeleteMessageForEveryoneRequest)(nil), // 36: logic.v1.DeleteMessageForEveryoneRequest
+	(*DeleteMessageForEveryoneReply)(nil),   // 37: logic.v1.DeleteMessageForEveryoneReply
+	(*GetHistoryRequest)(nil),               // 38: logic.v1.GetHistoryRequest
+	(*HistoryMessage)(nil),                  // 39: logic.v1.HistoryMessage
+	(*GetHistoryReply)(nil),                 // 40: logic.v1.GetHistoryReply
+	(*PushToUsersRequest)(nil),              // 41: logic.v1.PushToUsersRequest
+	(*BroadcastRequest)(nil),                // 42: logic.v1.BroadcastRequest
+	(*PushReply)(nil),                       // 43: logic.v1.PushReply
+	(*GetPresenceRequest)(nil),              // 44: logic.v1.GetPresenceRequest
+	(*Device)(nil),                          // 45: logic.v1.Device
+	(*Presence)(nil),                        // 46: logic.v1.Presence
+	(*GetPresenceReply)(nil),                // 47: logic.v1.GetPresenceReply
+	(*KickUserRequest)(nil),                 // 48: logic.v1.KickUserRequest
+	(*KickUserReply)(nil),                   // 49: logic.v1.KickUserReply
+	(*ListGatesRequest)(nil),                // 50: logic.v1.ListGatesRequest
+	(*GateInfo)(nil),                        // 51: logic.v1.GateInfo
+	(*ListGatesReply)(nil),                  // 52: logic.v1.ListGatesReply
+	(*RegisterPushTokenRequest)(nil),        // 53: logic.v1.RegisterPushTokenRequest
+	(*UnregisterPushTokenRequest)(nil),      // 54: logic.v1.UnregisterPushTokenRequest
+	(*PushTokenReply)(nil),                  // 55: logic.v1.PushTokenReply
+	(*PushSettings)(nil),                    // 56: logic.v1.PushSettings
+	(*GetPushSettingsRequest)(nil),          // 57: logic.v1.GetPushSettingsRequest
+	(*CreateWebhookEndpointRequest)(nil),    // 58: logic.v1.CreateWebhookEndpointRequest
+	(*WebhookEndpoint)(nil),                 // 59: logic.v1.WebhookEndpoint
+	(*ListWebhookEndpointsRequest)(nil),     // 60: logic.v1.ListWebhookEndpointsRequest
+	(*ListWebhookEndpointsReply)(nil),       // 61: logic.v1.ListWebhookEndpointsReply
+	(*WebhookEndpointRef)(nil),              // 62: logic.v1.WebhookEndpointRef
+	(*RotateWebhookSecretRequest)(nil),      // 63: logic.v1.RotateWebhookSecretRequest
+	(*ReplayWebhookEndpointRequest)(nil),    // 64: logic.v1.ReplayWebhookEndpointRequest
+	(*TestWebhookEndpointReply)(nil),        // 65: logic.v1.TestWebhookEndpointReply
+	(*PullUpstreamRequest)(nil),             // 66: logic.v1.PullUpstreamRequest
+	(*UpstreamItem)(nil),                    // 67: logic.v1.UpstreamItem
+	(*PullUpstreamReply)(nil),               // 68: logic.v1.PullUpstreamReply
+	(*AckUpstreamRequest)(nil),              // 69: logic.v1.AckUpstreamRequest
+	(*AckUpstreamReply)(nil),                // 70: logic.v1.AckUpstreamReply
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -4794,12 +4908,12 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	0,  // 3: logic.v1.SetGroupRoleRequest.role:type_name -> logic.v1.GroupRole
 	0,  // 4: logic.v1.GroupMember.role:type_name -> logic.v1.GroupRole
 	32, // 5: logic.v1.ListGroupMembersReply.members:type_name -> logic.v1.GroupMember
-	37, // 6: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
-	43, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
-	44, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
-	49, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
-	57, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
-	65, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
+	39, // 6: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
+	45, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
+	46, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
+	51, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
+	59, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
+	67, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
 	1,  // 12: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
 	2,  // 13: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
 	4,  // 14: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
@@ -4827,71 +4941,73 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	23, // 36: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
 	31, // 37: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
 	34, // 38: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
-	36, // 39: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
-	39, // 40: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
-	40, // 41: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
-	42, // 42: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	46, // 43: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
-	48, // 44: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	51, // 45: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
-	52, // 46: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
-	54, // 47: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
-	55, // 48: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
-	56, // 49: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
-	58, // 50: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
-	60, // 51: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	61, // 52: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
-	62, // 53: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
-	60, // 54: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	64, // 55: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
-	67, // 56: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
-	3,  // 57: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 58: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 59: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 60: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 61: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 62: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 63: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 64: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 65: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 66: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 67: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 68: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 69: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 70: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 71: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 72: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 73: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 74: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 75: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 76: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 77: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 78: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 79: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 80: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 81: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 82: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 83: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	38, // 84: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	41, // 85: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	41, // 86: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	45, // 87: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	47, // 88: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
-	50, // 89: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	53, // 90: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
-	53, // 91: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
-	54, // 92: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
-	54, // 93: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
-	57, // 94: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	59, // 95: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
-	57, // 96: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	57, // 97: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
-	57, // 98: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	63, // 99: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
-	66, // 100: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
-	68, // 101: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
-	57, // [57:102] is the sub-list for method output_type
-	12, // [12:57] is the sub-list for method input_type
+	36, // 39: logic.v1.Api.DeleteMessageForEveryone:input_type -> logic.v1.DeleteMessageForEveryoneRequest
+	38, // 40: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	41, // 41: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	42, // 42: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	44, // 43: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	48, // 44: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
+	50, // 45: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	53, // 46: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	54, // 47: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	56, // 48: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	57, // 49: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	58, // 50: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
+	60, // 51: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
+	62, // 52: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	63, // 53: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
+	64, // 54: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
+	62, // 55: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	66, // 56: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
+	69, // 57: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
+	3,  // 58: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 59: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 60: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 61: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 62: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 63: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 64: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 65: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 66: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 67: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 68: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 69: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 70: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 71: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 72: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 73: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 74: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 75: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 76: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 77: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 78: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 79: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 80: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 81: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 82: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 83: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 84: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	37, // 85: logic.v1.Api.DeleteMessageForEveryone:output_type -> logic.v1.DeleteMessageForEveryoneReply
+	40, // 86: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	43, // 87: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	43, // 88: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	47, // 89: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	49, // 90: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
+	52, // 91: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	55, // 92: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	55, // 93: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	56, // 94: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	56, // 95: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	59, // 96: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	61, // 97: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
+	59, // 98: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	59, // 99: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
+	59, // 100: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	65, // 101: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
+	68, // 102: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
+	70, // 103: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
+	58, // [58:104] is the sub-list for method output_type
+	12, // [12:58] is the sub-list for method input_type
 	12, // [12:12] is the sub-list for extension type_name
 	12, // [12:12] is the sub-list for extension extendee
 	0,  // [0:12] is the sub-list for field type_name
@@ -4910,7 +5026,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

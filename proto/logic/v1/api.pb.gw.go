@@ -1566,6 +1566,63 @@ func local_request_Api_SendMessage_0(ctx context.Context, marshaler runtime.Mars
 	return msg, metadata, err
 }
 
+func request_Api_DeleteMessageForEveryone_0(ctx context.Context, marshaler runtime.Marshaler, client ApiClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq DeleteMessageForEveryoneRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	val, ok := pathParams["msg_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "msg_id")
+	}
+	protoReq.MsgId, err = runtime.Int64(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "msg_id", err)
+	}
+	if req.Body != nil {
+		_, _ = io.Copy(io.Discard, req.Body)
+	}
+	msg, err := client.DeleteMessageForEveryone(ctx, &protoReq, grpc.Header(&metadata.HeaderMD), grpc.Trailer(&metadata.TrailerMD))
+	return msg, metadata, err
+}
+
+func local_request_Api_DeleteMessageForEveryone_0(ctx context.Context, marshaler runtime.Marshaler, server ApiServer, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
+	var (
+		protoReq DeleteMessageForEveryoneRequest
+		metadata runtime.ServerMetadata
+		err      error
+	)
+	dec := marshaler.NewDecoder(req.Body)
+	if err := dec.Decode(&protoReq); err != nil && !errors.Is(err, io.EOF) {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "%v", err)
+	}
+	if td, ok := dec.(interface{ Token() (json.Token, error) }); ok {
+		if _, err := td.Token(); !errors.Is(err, io.EOF) {
+			return nil, metadata, status.Error(codes.InvalidArgument, "unexpected data after request body")
+		}
+	}
+	val, ok := pathParams["msg_id"]
+	if !ok {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "missing parameter %s", "msg_id")
+	}
+	protoReq.MsgId, err = runtime.Int64(val)
+	if err != nil {
+		return nil, metadata, status.Errorf(codes.InvalidArgument, "type mismatch, parameter: %s, error: %v", "msg_id", err)
+	}
+	msg, err := server.DeleteMessageForEveryone(ctx, &protoReq)
+	return msg, metadata, err
+}
+
 var filter_Api_GetHistory_0 = &utilities.DoubleArray{Encoding: map[string]int{"user_id": 0, "conversation_id": 1}, Base: []int{1, 1, 2, 0, 0}, Check: []int{0, 1, 1, 2, 3}}
 
 func request_Api_GetHistory_0(ctx context.Context, marshaler runtime.Marshaler, client ApiClient, req *http.Request, pathParams map[string]string) (proto.Message, runtime.ServerMetadata, error) {
@@ -3016,6 +3073,26 @@ func RegisterApiHandlerServer(ctx context.Context, mux *runtime.ServeMux, server
 		}
 		forward_Api_SendMessage_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_Api_DeleteMessageForEveryone_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		var stream runtime.ServerTransportStream
+		ctx = grpc.NewContextWithServerTransportStream(ctx, &stream)
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateIncomingContext(ctx, mux, req, "/logic.v1.Api/DeleteMessageForEveryone", runtime.WithHTTPPathPattern("/v1/messages/{msg_id}:delete"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := local_request_Api_DeleteMessageForEveryone_0(annotatedContext, inboundMarshaler, server, req, pathParams)
+		md.HeaderMD, md.TrailerMD = metadata.Join(md.HeaderMD, stream.Header()), metadata.Join(md.TrailerMD, stream.Trailer())
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_Api_DeleteMessageForEveryone_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_Api_GetHistory_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -3875,6 +3952,23 @@ func RegisterApiHandlerClient(ctx context.Context, mux *runtime.ServeMux, client
 		}
 		forward_Api_SendMessage_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
 	})
+	mux.Handle(http.MethodPost, pattern_Api_DeleteMessageForEveryone_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		inboundMarshaler, outboundMarshaler := runtime.MarshalerForRequest(mux, req)
+		annotatedContext, err := runtime.AnnotateContext(ctx, mux, req, "/logic.v1.Api/DeleteMessageForEveryone", runtime.WithHTTPPathPattern("/v1/messages/{msg_id}:delete"))
+		if err != nil {
+			runtime.HTTPError(ctx, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		resp, md, err := request_Api_DeleteMessageForEveryone_0(annotatedContext, inboundMarshaler, client, req, pathParams)
+		annotatedContext = runtime.NewServerMetadataContext(annotatedContext, md)
+		if err != nil {
+			runtime.HTTPError(annotatedContext, mux, outboundMarshaler, w, req, err)
+			return
+		}
+		forward_Api_DeleteMessageForEveryone_0(annotatedContext, mux, outboundMarshaler, w, req, resp, mux.GetForwardResponseOptions()...)
+	})
 	mux.Handle(http.MethodGet, pattern_Api_GetHistory_0, func(w http.ResponseWriter, req *http.Request, pathParams map[string]string) {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -4185,97 +4279,99 @@ func RegisterApiHandlerClient(ctx context.Context, mux *runtime.ServeMux, client
 }
 
 var (
-	pattern_Api_UpsertUser_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, ""))
-	pattern_Api_GetUser_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, ""))
-	pattern_Api_DisableUser_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, "disable"))
-	pattern_Api_EnableUser_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, "enable"))
-	pattern_Api_IssueToken_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "tokens"}, ""))
-	pattern_Api_RevokeTokens_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "tokens"}, "revoke"))
-	pattern_Api_AddFriend_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "friends"}, ""))
-	pattern_Api_RequestFriend_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "friend-requests"}, ""))
-	pattern_Api_AcceptFriend_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "users", "user_id", "friend-requests", "friend_id"}, "accept"))
-	pattern_Api_RemoveFriend_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "users", "user_id", "friends", "friend_id"}, ""))
-	pattern_Api_ListFriends_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "friends"}, ""))
-	pattern_Api_Block_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "blocks"}, ""))
-	pattern_Api_Unblock_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "users", "user_id", "blocks", "target_id"}, ""))
-	pattern_Api_ListBlocks_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "blocks"}, ""))
-	pattern_Api_CreateGroup_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "groups"}, ""))
-	pattern_Api_AddGroupMembers_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "groups", "group_id", "members"}, ""))
-	pattern_Api_RemoveGroupMembers_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "groups", "group_id", "members"}, "remove"))
-	pattern_Api_LeaveGroup_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "groups", "group_id", "members", "user_id"}, "leave"))
-	pattern_Api_SetGroupRole_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "groups", "group_id", "members", "user_id", "role"}, ""))
-	pattern_Api_MuteGroup_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, "mute"))
-	pattern_Api_MuteGroupMember_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "groups", "group_id", "members", "user_id"}, "mute"))
-	pattern_Api_TransferGroup_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, "transfer"))
-	pattern_Api_DissolveGroup_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, "dissolve"))
-	pattern_Api_UpdateGroup_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, ""))
-	pattern_Api_GetGroup_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, ""))
-	pattern_Api_ListGroupMembers_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "groups", "group_id", "members"}, ""))
-	pattern_Api_SendMessage_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "messages"}, ""))
-	pattern_Api_GetHistory_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "users", "user_id", "conversations", "conversation_id", "messages"}, ""))
-	pattern_Api_PushToUsers_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "push"}, ""))
-	pattern_Api_Broadcast_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "broadcast"}, ""))
-	pattern_Api_GetPresence_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "presence"}, ""))
-	pattern_Api_KickUser_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, "kick"))
-	pattern_Api_ListGates_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "gates"}, ""))
-	pattern_Api_RegisterPushToken_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "users", "user_id", "devices", "device_id", "push-token"}, ""))
-	pattern_Api_UnregisterPushToken_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "users", "user_id", "devices", "device_id", "push-token"}, "remove"))
-	pattern_Api_SetPushSettings_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "push-settings"}, ""))
-	pattern_Api_GetPushSettings_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "push-settings"}, ""))
-	pattern_Api_CreateWebhookEndpoint_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
-	pattern_Api_ListWebhookEndpoints_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
-	pattern_Api_DisableWebhookEndpoint_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "disable"}, ""))
-	pattern_Api_RotateWebhookSecret_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "rotate"}, ""))
-	pattern_Api_ReplayWebhookEndpoint_0  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "replay"}, ""))
-	pattern_Api_TestWebhookEndpoint_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "test"}, ""))
-	pattern_Api_PullUpstream_0           = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "upstream", "service", "pull"}, ""))
-	pattern_Api_AckUpstream_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "upstream", "service", "ack"}, ""))
+	pattern_Api_UpsertUser_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, ""))
+	pattern_Api_GetUser_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, ""))
+	pattern_Api_DisableUser_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, "disable"))
+	pattern_Api_EnableUser_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, "enable"))
+	pattern_Api_IssueToken_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "tokens"}, ""))
+	pattern_Api_RevokeTokens_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "tokens"}, "revoke"))
+	pattern_Api_AddFriend_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "friends"}, ""))
+	pattern_Api_RequestFriend_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "friend-requests"}, ""))
+	pattern_Api_AcceptFriend_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "users", "user_id", "friend-requests", "friend_id"}, "accept"))
+	pattern_Api_RemoveFriend_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "users", "user_id", "friends", "friend_id"}, ""))
+	pattern_Api_ListFriends_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "friends"}, ""))
+	pattern_Api_Block_0                    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "blocks"}, ""))
+	pattern_Api_Unblock_0                  = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "users", "user_id", "blocks", "target_id"}, ""))
+	pattern_Api_ListBlocks_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "blocks"}, ""))
+	pattern_Api_CreateGroup_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "groups"}, ""))
+	pattern_Api_AddGroupMembers_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "groups", "group_id", "members"}, ""))
+	pattern_Api_RemoveGroupMembers_0       = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "groups", "group_id", "members"}, "remove"))
+	pattern_Api_LeaveGroup_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "groups", "group_id", "members", "user_id"}, "leave"))
+	pattern_Api_SetGroupRole_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "groups", "group_id", "members", "user_id", "role"}, ""))
+	pattern_Api_MuteGroup_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, "mute"))
+	pattern_Api_MuteGroupMember_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4}, []string{"v1", "groups", "group_id", "members", "user_id"}, "mute"))
+	pattern_Api_TransferGroup_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, "transfer"))
+	pattern_Api_DissolveGroup_0            = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, "dissolve"))
+	pattern_Api_UpdateGroup_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, ""))
+	pattern_Api_GetGroup_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "groups", "group_id"}, ""))
+	pattern_Api_ListGroupMembers_0         = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "groups", "group_id", "members"}, ""))
+	pattern_Api_SendMessage_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "messages"}, ""))
+	pattern_Api_DeleteMessageForEveryone_0 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "messages", "msg_id"}, "delete"))
+	pattern_Api_GetHistory_0               = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "users", "user_id", "conversations", "conversation_id", "messages"}, ""))
+	pattern_Api_PushToUsers_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "push"}, ""))
+	pattern_Api_Broadcast_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "broadcast"}, ""))
+	pattern_Api_GetPresence_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "presence"}, ""))
+	pattern_Api_KickUser_0                 = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2}, []string{"v1", "users", "user_id"}, "kick"))
+	pattern_Api_ListGates_0                = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "gates"}, ""))
+	pattern_Api_RegisterPushToken_0        = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "users", "user_id", "devices", "device_id", "push-token"}, ""))
+	pattern_Api_UnregisterPushToken_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3, 1, 0, 4, 1, 5, 4, 2, 5}, []string{"v1", "users", "user_id", "devices", "device_id", "push-token"}, "remove"))
+	pattern_Api_SetPushSettings_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "push-settings"}, ""))
+	pattern_Api_GetPushSettings_0          = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "users", "user_id", "push-settings"}, ""))
+	pattern_Api_CreateWebhookEndpoint_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
+	pattern_Api_ListWebhookEndpoints_0     = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1}, []string{"v1", "webhooks"}, ""))
+	pattern_Api_DisableWebhookEndpoint_0   = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "disable"}, ""))
+	pattern_Api_RotateWebhookSecret_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "rotate"}, ""))
+	pattern_Api_ReplayWebhookEndpoint_0    = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "replay"}, ""))
+	pattern_Api_TestWebhookEndpoint_0      = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "webhooks", "endpoint_id", "test"}, ""))
+	pattern_Api_PullUpstream_0             = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "upstream", "service", "pull"}, ""))
+	pattern_Api_AckUpstream_0              = runtime.MustPattern(runtime.NewPattern(1, []int{2, 0, 2, 1, 1, 0, 4, 1, 5, 2, 2, 3}, []string{"v1", "upstream", "service", "ack"}, ""))
 )
 
 var (
-	forward_Api_UpsertUser_0             = runtime.ForwardResponseMessage
-	forward_Api_GetUser_0                = runtime.ForwardResponseMessage
-	forward_Api_DisableUser_0            = runtime.ForwardResponseMessage
-	forward_Api_EnableUser_0             = runtime.ForwardResponseMessage
-	forward_Api_IssueToken_0             = runtime.ForwardResponseMessage
-	forward_Api_RevokeTokens_0           = runtime.ForwardResponseMessage
-	forward_Api_AddFriend_0              = runtime.ForwardResponseMessage
-	forward_Api_RequestFriend_0          = runtime.ForwardResponseMessage
-	forward_Api_AcceptFriend_0           = runtime.ForwardResponseMessage
-	forward_Api_RemoveFriend_0           = runtime.ForwardResponseMessage
-	forward_Api_ListFriends_0            = runtime.ForwardResponseMessage
-	forward_Api_Block_0                  = runtime.ForwardResponseMessage
-	forward_Api_Unblock_0                = runtime.ForwardResponseMessage
-	forward_Api_ListBlocks_0             = runtime.ForwardResponseMessage
-	forward_Api_CreateGroup_0            = runtime.ForwardResponseMessage
-	forward_Api_AddGroupMembers_0        = runtime.ForwardResponseMessage
-	forward_Api_RemoveGroupMembers_0     = runtime.ForwardResponseMessage
-	forward_Api_LeaveGroup_0             = runtime.ForwardResponseMessage
-	forward_Api_SetGroupRole_0           = runtime.ForwardResponseMessage
-	forward_Api_MuteGroup_0              = runtime.ForwardResponseMessage
-	forward_Api_MuteGroupMember_0        = runtime.ForwardResponseMessage
-	forward_Api_TransferGroup_0          = runtime.ForwardResponseMessage
-	forward_Api_DissolveGroup_0          = runtime.ForwardResponseMessage
-	forward_Api_UpdateGroup_0            = runtime.ForwardResponseMessage
-	forward_Api_GetGroup_0               = runtime.ForwardResponseMessage
-	forward_Api_ListGroupMembers_0       = runtime.ForwardResponseMessage
-	forward_Api_SendMessage_0            = runtime.ForwardResponseMessage
-	forward_Api_GetHistory_0             = runtime.ForwardResponseMessage
-	forward_Api_PushToUsers_0            = runtime.ForwardResponseMessage
-	forward_Api_Broadcast_0              = runtime.ForwardResponseMessage
-	forward_Api_GetPresence_0            = runtime.ForwardResponseMessage
-	forward_Api_KickUser_0               = runtime.ForwardResponseMessage
-	forward_Api_ListGates_0              = runtime.ForwardResponseMessage
-	forward_Api_RegisterPushToken_0      = runtime.ForwardResponseMessage
-	forward_Api_UnregisterPushToken_0    = runtime.ForwardResponseMessage
-	forward_Api_SetPushSettings_0        = runtime.ForwardResponseMessage
-	forward_Api_GetPushSettings_0        = runtime.ForwardResponseMessage
-	forward_Api_CreateWebhookEndpoint_0  = runtime.ForwardResponseMessage
-	forward_Api_ListWebhookEndpoints_0   = runtime.ForwardResponseMessage
-	forward_Api_DisableWebhookEndpoint_0 = runtime.ForwardResponseMessage
-	forward_Api_RotateWebhookSecret_0    = runtime.ForwardResponseMessage
-	forward_Api_ReplayWebhookEndpoint_0  = runtime.ForwardResponseMessage
-	forward_Api_TestWebhookEndpoint_0    = runtime.ForwardResponseMessage
-	forward_Api_PullUpstream_0           = runtime.ForwardResponseMessage
-	forward_Api_AckUpstream_0            = runtime.ForwardResponseMessage
+	forward_Api_UpsertUser_0               = runtime.ForwardResponseMessage
+	forward_Api_GetUser_0                  = runtime.ForwardResponseMessage
+	forward_Api_DisableUser_0              = runtime.ForwardResponseMessage
+	forward_Api_EnableUser_0               = runtime.ForwardResponseMessage
+	forward_Api_IssueToken_0               = runtime.ForwardResponseMessage
+	forward_Api_RevokeTokens_0             = runtime.ForwardResponseMessage
+	forward_Api_AddFriend_0                = runtime.ForwardResponseMessage
+	forward_Api_RequestFriend_0            = runtime.ForwardResponseMessage
+	forward_Api_AcceptFriend_0             = runtime.ForwardResponseMessage
+	forward_Api_RemoveFriend_0             = runtime.ForwardResponseMessage
+	forward_Api_ListFriends_0              = runtime.ForwardResponseMessage
+	forward_Api_Block_0                    = runtime.ForwardResponseMessage
+	forward_Api_Unblock_0                  = runtime.ForwardResponseMessage
+	forward_Api_ListBlocks_0               = runtime.ForwardResponseMessage
+	forward_Api_CreateGroup_0              = runtime.ForwardResponseMessage
+	forward_Api_AddGroupMembers_0          = runtime.ForwardResponseMessage
+	forward_Api_RemoveGroupMembers_0       = runtime.ForwardResponseMessage
+	forward_Api_LeaveGroup_0               = runtime.ForwardResponseMessage
+	forward_Api_SetGroupRole_0             = runtime.ForwardResponseMessage
+	forward_Api_MuteGroup_0                = runtime.ForwardResponseMessage
+	forward_Api_MuteGroupMember_0          = runtime.ForwardResponseMessage
+	forward_Api_TransferGroup_0            = runtime.ForwardResponseMessage
+	forward_Api_DissolveGroup_0            = runtime.ForwardResponseMessage
+	forward_Api_UpdateGroup_0              = runtime.ForwardResponseMessage
+	forward_Api_GetGroup_0                 = runtime.ForwardResponseMessage
+	forward_Api_ListGroupMembers_0         = runtime.ForwardResponseMessage
+	forward_Api_SendMessage_0              = runtime.ForwardResponseMessage
+	forward_Api_DeleteMessageForEveryone_0 = runtime.ForwardResponseMessage
+	forward_Api_GetHistory_0               = runtime.ForwardResponseMessage
+	forward_Api_PushToUsers_0              = runtime.ForwardResponseMessage
+	forward_Api_Broadcast_0                = runtime.ForwardResponseMessage
+	forward_Api_GetPresence_0              = runtime.ForwardResponseMessage
+	forward_Api_KickUser_0                 = runtime.ForwardResponseMessage
+	forward_Api_ListGates_0                = runtime.ForwardResponseMessage
+	forward_Api_RegisterPushToken_0        = runtime.ForwardResponseMessage
+	forward_Api_UnregisterPushToken_0      = runtime.ForwardResponseMessage
+	forward_Api_SetPushSettings_0          = runtime.ForwardResponseMessage
+	forward_Api_GetPushSettings_0          = runtime.ForwardResponseMessage
+	forward_Api_CreateWebhookEndpoint_0    = runtime.ForwardResponseMessage
+	forward_Api_ListWebhookEndpoints_0     = runtime.ForwardResponseMessage
+	forward_Api_DisableWebhookEndpoint_0   = runtime.ForwardResponseMessage
+	forward_Api_RotateWebhookSecret_0      = runtime.ForwardResponseMessage
+	forward_Api_ReplayWebhookEndpoint_0    = runtime.ForwardResponseMessage
+	forward_Api_TestWebhookEndpoint_0      = runtime.ForwardResponseMessage
+	forward_Api_PullUpstream_0             = runtime.ForwardResponseMessage
+	forward_Api_AckUpstream_0              = runtime.ForwardResponseMessage
 )

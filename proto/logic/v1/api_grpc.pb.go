@@ -19,51 +19,52 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Api_UpsertUser_FullMethodName             = "/logic.v1.Api/UpsertUser"
-	Api_GetUser_FullMethodName                = "/logic.v1.Api/GetUser"
-	Api_DisableUser_FullMethodName            = "/logic.v1.Api/DisableUser"
-	Api_EnableUser_FullMethodName             = "/logic.v1.Api/EnableUser"
-	Api_IssueToken_FullMethodName             = "/logic.v1.Api/IssueToken"
-	Api_RevokeTokens_FullMethodName           = "/logic.v1.Api/RevokeTokens"
-	Api_AddFriend_FullMethodName              = "/logic.v1.Api/AddFriend"
-	Api_RequestFriend_FullMethodName          = "/logic.v1.Api/RequestFriend"
-	Api_AcceptFriend_FullMethodName           = "/logic.v1.Api/AcceptFriend"
-	Api_RemoveFriend_FullMethodName           = "/logic.v1.Api/RemoveFriend"
-	Api_ListFriends_FullMethodName            = "/logic.v1.Api/ListFriends"
-	Api_Block_FullMethodName                  = "/logic.v1.Api/Block"
-	Api_Unblock_FullMethodName                = "/logic.v1.Api/Unblock"
-	Api_ListBlocks_FullMethodName             = "/logic.v1.Api/ListBlocks"
-	Api_CreateGroup_FullMethodName            = "/logic.v1.Api/CreateGroup"
-	Api_AddGroupMembers_FullMethodName        = "/logic.v1.Api/AddGroupMembers"
-	Api_RemoveGroupMembers_FullMethodName     = "/logic.v1.Api/RemoveGroupMembers"
-	Api_LeaveGroup_FullMethodName             = "/logic.v1.Api/LeaveGroup"
-	Api_SetGroupRole_FullMethodName           = "/logic.v1.Api/SetGroupRole"
-	Api_MuteGroup_FullMethodName              = "/logic.v1.Api/MuteGroup"
-	Api_MuteGroupMember_FullMethodName        = "/logic.v1.Api/MuteGroupMember"
-	Api_TransferGroup_FullMethodName          = "/logic.v1.Api/TransferGroup"
-	Api_DissolveGroup_FullMethodName          = "/logic.v1.Api/DissolveGroup"
-	Api_UpdateGroup_FullMethodName            = "/logic.v1.Api/UpdateGroup"
-	Api_GetGroup_FullMethodName               = "/logic.v1.Api/GetGroup"
-	Api_ListGroupMembers_FullMethodName       = "/logic.v1.Api/ListGroupMembers"
-	Api_SendMessage_FullMethodName            = "/logic.v1.Api/SendMessage"
-	Api_GetHistory_FullMethodName             = "/logic.v1.Api/GetHistory"
-	Api_PushToUsers_FullMethodName            = "/logic.v1.Api/PushToUsers"
-	Api_Broadcast_FullMethodName              = "/logic.v1.Api/Broadcast"
-	Api_GetPresence_FullMethodName            = "/logic.v1.Api/GetPresence"
-	Api_KickUser_FullMethodName               = "/logic.v1.Api/KickUser"
-	Api_ListGates_FullMethodName              = "/logic.v1.Api/ListGates"
-	Api_RegisterPushToken_FullMethodName      = "/logic.v1.Api/RegisterPushToken"
-	Api_UnregisterPushToken_FullMethodName    = "/logic.v1.Api/UnregisterPushToken"
-	Api_SetPushSettings_FullMethodName        = "/logic.v1.Api/SetPushSettings"
-	Api_GetPushSettings_FullMethodName        = "/logic.v1.Api/GetPushSettings"
-	Api_CreateWebhookEndpoint_FullMethodName  = "/logic.v1.Api/CreateWebhookEndpoint"
-	Api_ListWebhookEndpoints_FullMethodName   = "/logic.v1.Api/ListWebhookEndpoints"
-	Api_DisableWebhookEndpoint_FullMethodName = "/logic.v1.Api/DisableWebhookEndpoint"
-	Api_RotateWebhookSecret_FullMethodName    = "/logic.v1.Api/RotateWebhookSecret"
-	Api_ReplayWebhookEndpoint_FullMethodName  = "/logic.v1.Api/ReplayWebhookEndpoint"
-	Api_TestWebhookEndpoint_FullMethodName    = "/logic.v1.Api/TestWebhookEndpoint"
-	Api_PullUpstream_FullMethodName           = "/logic.v1.Api/PullUpstream"
-	Api_AckUpstream_FullMethodName            = "/logic.v1.Api/AckUpstream"
+	Api_UpsertUser_FullMethodName               = "/logic.v1.Api/UpsertUser"
+	Api_GetUser_FullMethodName                  = "/logic.v1.Api/GetUser"
+	Api_DisableUser_FullMethodName              = "/logic.v1.Api/DisableUser"
+	Api_EnableUser_FullMethodName               = "/logic.v1.Api/EnableUser"
+	Api_IssueToken_FullMethodName               = "/logic.v1.Api/IssueToken"
+	Api_RevokeTokens_FullMethodName             = "/logic.v1.Api/RevokeTokens"
+	Api_AddFriend_FullMethodName                = "/logic.v1.Api/AddFriend"
+	Api_RequestFriend_FullMethodName            = "/logic.v1.Api/RequestFriend"
+	Api_AcceptFriend_FullMethodName             = "/logic.v1.Api/AcceptFriend"
+	Api_RemoveFriend_FullMethodName             = "/logic.v1.Api/RemoveFriend"
+	Api_ListFriends_FullMethodName              = "/logic.v1.Api/ListFriends"
+	Api_Block_FullMethodName                    = "/logic.v1.Api/Block"
+	Api_Unblock_FullMethodName                  = "/logic.v1.Api/Unblock"
+	Api_ListBlocks_FullMethodName               = "/logic.v1.Api/ListBlocks"
+	Api_CreateGroup_FullMethodName              = "/logic.v1.Api/CreateGroup"
+	Api_AddGroupMembers_FullMethodName          = "/logic.v1.Api/AddGroupMembers"
+	Api_RemoveGroupMembers_FullMethodName       = "/logic.v1.Api/RemoveGroupMembers"
+	Api_LeaveGroup_FullMethodName               = "/logic.v1.Api/LeaveGroup"
+	Api_SetGroupRole_FullMethodName             = "/logic.v1.Api/SetGroupRole"
+	Api_MuteGroup_FullMethodName                = "/logic.v1.Api/MuteGroup"
+	Api_MuteGroupMember_FullMethodName          = "/logic.v1.Api/MuteGroupMember"
+	Api_TransferGroup_FullMethodName            = "/logic.v1.Api/TransferGroup"
+	Api_DissolveGroup_FullMethodName            = "/logic.v1.Api/DissolveGroup"
+	Api_UpdateGroup_FullMethodName              = "/logic.v1.Api/UpdateGroup"
+	Api_GetGroup_FullMethodName                 = "/logic.v1.Api/GetGroup"
+	Api_ListGroupMembers_FullMethodName         = "/logic.v1.Api/ListGroupMembers"
+	Api_SendMessage_FullMethodName              = "/logic.v1.Api/SendMessage"
+	Api_DeleteMessageForEveryone_FullMethodName = "/logic.v1.Api/DeleteMessageForEveryone"
+	Api_GetHistory_FullMethodName               = "/logic.v1.Api/GetHistory"
+	Api_PushToUsers_FullMethodName              = "/logic.v1.Api/PushToUsers"
+	Api_Broadcast_FullMethodName                = "/logic.v1.Api/Broadcast"
+	Api_GetPresence_FullMethodName              = "/logic.v1.Api/GetPresence"
+	Api_KickUser_FullMethodName                 = "/logic.v1.Api/KickUser"
+	Api_ListGates_FullMethodName                = "/logic.v1.Api/ListGates"
+	Api_RegisterPushToken_FullMethodName        = "/logic.v1.Api/RegisterPushToken"
+	Api_UnregisterPushToken_FullMethodName      = "/logic.v1.Api/UnregisterPushToken"
+	Api_SetPushSettings_FullMethodName          = "/logic.v1.Api/SetPushSettings"
+	Api_GetPushSettings_FullMethodName          = "/logic.v1.Api/GetPushSettings"
+	Api_CreateWebhookEndpoint_FullMethodName    = "/logic.v1.Api/CreateWebhookEndpoint"
+	Api_ListWebhookEndpoints_FullMethodName     = "/logic.v1.Api/ListWebhookEndpoints"
+	Api_DisableWebhookEndpoint_FullMethodName   = "/logic.v1.Api/DisableWebhookEndpoint"
+	Api_RotateWebhookSecret_FullMethodName      = "/logic.v1.Api/RotateWebhookSecret"
+	Api_ReplayWebhookEndpoint_FullMethodName    = "/logic.v1.Api/ReplayWebhookEndpoint"
+	Api_TestWebhookEndpoint_FullMethodName      = "/logic.v1.Api/TestWebhookEndpoint"
+	Api_PullUpstream_FullMethodName             = "/logic.v1.Api/PullUpstream"
+	Api_AckUpstream_FullMethodName              = "/logic.v1.Api/AckUpstream"
 )
 
 // ApiClient is the client API for Api service.
@@ -139,6 +140,12 @@ type ApiClient interface {
 	// SendMessage sends as a user (sender_id) or as the system account
 	// (system: true) to a user, a group or a conversation.
 	SendMessage(ctx context.Context, in *SendMessageRequest, opts ...grpc.CallOption) (*SendMessageReply, error)
+	// DeleteMessageForEveryone deletes a message for every member of its
+	// conversation: it becomes a status-3 tombstone in history and sync,
+	// members' devices are told live and by a DELETE mailbox event, and a
+	// message.deleted webhook event is recorded. Deleting again answers the
+	// same and changes nothing.
+	DeleteMessageForEveryone(ctx context.Context, in *DeleteMessageForEveryoneRequest, opts ...grpc.CallOption) (*DeleteMessageForEveryoneReply, error)
 	// GetHistory pages a conversation's messages after a cursor, as the
 	// user sees them (SYNC_MESSAGES's paging).
 	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error)
@@ -473,6 +480,16 @@ func (c *apiClient) SendMessage(ctx context.Context, in *SendMessageRequest, opt
 	return out, nil
 }
 
+func (c *apiClient) DeleteMessageForEveryone(ctx context.Context, in *DeleteMessageForEveryoneRequest, opts ...grpc.CallOption) (*DeleteMessageForEveryoneReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteMessageForEveryoneReply)
+	err := c.cc.Invoke(ctx, Api_DeleteMessageForEveryone_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *apiClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetHistoryReply)
@@ -726,6 +743,12 @@ type ApiServer interface {
 	// SendMessage sends as a user (sender_id) or as the system account
 	// (system: true) to a user, a group or a conversation.
 	SendMessage(context.Context, *SendMessageRequest) (*SendMessageReply, error)
+	// DeleteMessageForEveryone deletes a message for every member of its
+	// conversation: it becomes a status-3 tombstone in history and sync,
+	// members' devices are told live and by a DELETE mailbox event, and a
+	// message.deleted webhook event is recorded. Deleting again answers the
+	// same and changes nothing.
+	DeleteMessageForEveryone(context.Context, *DeleteMessageForEveryoneRequest) (*DeleteMessageForEveryoneReply, error)
 	// GetHistory pages a conversation's messages after a cursor, as the
 	// user sees them (SYNC_MESSAGES's paging).
 	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error)
@@ -870,6 +893,9 @@ func (UnimplementedApiServer) ListGroupMembers(context.Context, *ListGroupMember
 }
 func (UnimplementedApiServer) SendMessage(context.Context, *SendMessageRequest) (*SendMessageReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method SendMessage not implemented")
+}
+func (UnimplementedApiServer) DeleteMessageForEveryone(context.Context, *DeleteMessageForEveryoneRequest) (*DeleteMessageForEveryoneReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteMessageForEveryone not implemented")
 }
 func (UnimplementedApiServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
@@ -1432,6 +1458,24 @@ func _Api_SendMessage_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_DeleteMessageForEveryone_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteMessageForEveryoneRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).DeleteMessageForEveryone(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_DeleteMessageForEveryone_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).DeleteMessageForEveryone(ctx, req.(*DeleteMessageForEveryoneRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Api_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetHistoryRequest)
 	if err := dec(in); err != nil {
@@ -1870,6 +1914,10 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SendMessage",
 			Handler:    _Api_SendMessage_Handler,
+		},
+		{
+			MethodName: "DeleteMessageForEveryone",
+			Handler:    _Api_DeleteMessageForEveryone_Handler,
 		},
 		{
 			MethodName: "GetHistory",

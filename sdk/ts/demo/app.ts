@@ -105,9 +105,9 @@ function messageItem(m: Message): HTMLLIElement {
   who.textContent = `${m.sender_id === user ? "me" : m.sender_id} · ${new Date(m.created_at).toLocaleTimeString()}`;
   const text = document.createElement("div");
   text.className = "text";
-  if (m.status === 2) {
+  if (m.status === 2 || m.status === 3) {
     text.classList.add("recalled");
-    text.textContent = "(recalled)";
+    text.textContent = m.status === 3 ? "(deleted)" : "(recalled)";
   } else {
     text.textContent = typeof m.content?.text === "string" ? m.content.text : `[message type ${m.message_type}]`;
   }
@@ -225,6 +225,7 @@ client.on("synced", () => {
   readOpen();
 });
 client.on("recall", renderMessages);
+client.on("deletedForEveryone", renderMessages);
 client.on("delete", renderMessages);
 client.on("error", (e) => console.warn("spark:", e.message));
 

@@ -179,6 +179,8 @@ export interface SparkEvents {
   recall: (conversationId: Id, msgId: Id) => void;
   /** The user deleted a message for themselves (it left the cache). */
   delete: (conversationId: Id, msgId: Id) => void;
+  /** A group's owner or admin, or the business, deleted a message for everyone (its cached copy is now a status-3 tombstone). */
+  deletedForEveryone: (conversationId: Id, msgId: Id) => void;
   /**
    * The server kicked this device; the client will not reconnect by itself.
    * Not emitted for KICK "server_shutdown" (a gate stopping), after which
@@ -295,6 +297,7 @@ export class SparkClient {
     message: new Set(),
     conversations: new Set(),
     recall: new Set(),
+    deletedForEveryone: new Set(),
     delete: new Set(),
     kick: new Set(),
     synced: new Set(),
@@ -671,7 +674,8 @@ export class SparkClient {
         this.persist();
         return;
       case Cmd.DELETE_MESSAGE:
-        this.applyDelete(idOf(d.conversation_id), idOf(d.msg_id));
+        if (d.for_everyone === true) this.applyRecall(idOf(d.conversation_id), idOf(d.msg_id), 3);
+        else this.applyDelete(idOf(d.conversation_id), idOf(d.msg_id));
         this.persist();
         return;
       case Cmd.CONVERSATION_SETTINGS: {
@@ -719,7 +723,7 @@ export class SparkClient {
     if (this.recent.has(m.msg_id)) {
       this.stats.duplicatesDropped++;
       // A sync may bring a message this device already has as a tombstone.
-      if (m.status === 2) this.applyRecall(cid, m.msg_id);
+      if (m.status === 2 || m.status === 3) this.applyRecall(cid, m.msg_id, m.status);
       return false;
     }
     this.remember(m.msg_id);
@@ -773,12 +777,13 @@ export class SparkClient {
     }
   }
 
-  private applyRecall(cid: Id, msgId: Id): void {
+  /** Makes a cached message a tombstone: 2 recalled, 3 deleted for everyone. */
+  private applyRecall(cid: Id, msgId: Id, status: 2 | 3 = 2): void {
     const list = this.st.messages[cid];
     const m = list?.find((x) => x.msg_id === msgId);
     let changed = false;
-    if (m && m.status !== 2) {
-      m.status = 2;
+    if (m && m.status !== status) {
+      m.status = status;
       delete m.content;
       changed = true;
     }
@@ -787,7 +792,10 @@ export class SparkClient {
       c.preview = { ...c.preview, recalled: true, text: "" };
       changed = true;
     }
-    if (changed) this.emit("recall", cid, msgId);
+    if (changed) {
+      if (status === 3) this.emit("deletedForEveryone", cid, msgId);
+      else this.emit("recall", cid, msgId);
+    }
   }
 
   private applyDelete(cid: Id, msgId: Id): void {
@@ -945,7 +953,8 @@ export class SparkClient {
         this.applyRecall(e.conversation_id, e.msg_id);
         return;
       case EventType.DELETE:
-        this.applyDelete(e.conversation_id, e.msg_id);
+        if ((e.payload as { for_everyone?: boolean } | null)?.for_everyone === true) this.applyRecall(e.conversation_id, e.msg_id, 3);
+        else this.applyDelete(e.conversation_id, e.msg_id);
         return;
       default:
         this.emit("event", e);
@@ -1051,6 +1060,16 @@ export class SparkClient {
    * of (READ_MESSAGE) and, when the server's mark reaches the list's last
    * message, sets its unread to 0.
    */
+  /**
+   * Deletes a message for every member of its group (the user must be the
+   * group's owner or an admin): DELETE_MESSAGE with for_everyone.
+   */
+  async deleteForEveryone(conversationId: Id, msgId: Id): Promise<void> {
+    await this.request(Cmd.DELETE_MESSAGE, { conversation_id: conversationId, msg_id: msgId, for_everyone: true });
+    this.applyRecall(conversationId, msgId, 3);
+    this.persist();
+  }
+
   async markRead(conversationId: Id): Promise<void> {
     const c = this.st.conversations[conversationId];
     const cached = this.st.messages[conversationId];

@@ -95,7 +95,7 @@ export interface Message {
   content?: { t: number; text?: string; [k: string]: unknown };
   /** Unix ms. */
   created_at: number;
-  /** 1 normal (or absent), 2 recalled. */
+  /** 1 normal (or absent), 2 recalled, 3 deleted for everyone. */
   status?: number;
 }
 
