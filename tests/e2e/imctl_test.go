@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +20,7 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
+	"github.com/sparkim/spark/pkg/stdwebhook"
 	"github.com/sparkim/spark/tests/framework"
 )
 
@@ -398,4 +402,147 @@ func waitClosed(t *testing.T, conn *client.Conn, name string) {
 	case <-time.After(5 * time.Second):
 		t.Fatalf("%s: not closed after KICK", name)
 	}
+}
+
+// imctl webhooks and push-queue against a cluster with both on: an
+// endpoint answering 503 shows as failing, behind, with its last error,
+// then caught up once it answers 200; a push job held unacknowledged by a
+// failpoint shows in push-queue where Redis has it, then the empty queue.
+func TestIMCtlShowsWebhookAndPushQueueState(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	secret, err := stdwebhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &pushFakeGateway{t: t, secret: secret, fail: map[string]int{}, tries: map[string]int{}, ok: map[string]int{},
+		tokens: map[string]string{}, wake: make(chan struct{}, 1)}
+	gw.srv = httptest.NewTLSServer(http.HandlerFunc(gw.serve))
+	t.Cleanup(gw.srv.Close)
+	secretFile, caFile := filepath.Join(dir, "gateway.secret"), filepath.Join(dir, "ca.pem")
+	writeFile(t, secretFile, []byte(secret.String()))
+	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: gw.srv.Certificate().Raw}))
+	rcv := newHookReceiver(t, hookSecret)
+	rcv.setStatus(http.StatusServiceUnavailable)
+	c := framework.NewCluster(t, framework.Options{Gates: 1, Env: []string{
+		"IM_PUSH_ENABLED=true", "IM_PUSH_PARTITIONS=2", "IM_PUSH_CLAIM_IDLE=3s", "IM_PUSH_SEND_TIMEOUT=1s", "IM_PUSH_CA_FILE=" + caFile,
+		"IM_PUSH_GATEWAYS=getui=" + gw.srv.URL, "IM_PUSH_GATEWAY_SECRET_FILE=" + secretFile,
+	}, LogicEnv: []string{
+		"IM_LOGIC_WEBHOOK_ENABLED=true", "IM_LOGIC_WEBHOOK_URLS=" + rcv.url(), "IM_LOGIC_WEBHOOK_SECRET=" + hookSecret,
+		"IM_LOGIC_WEBHOOK_ALLOW_PRIVATE_URLS=true", "IM_LOGIC_REQUEST_TIMEOUT=2s", "IM_LOGIC_WEBHOOK_SETTLE=2500ms",
+		"IM_LOGIC_WEBHOOK_POLL_INTERVAL=100ms", "IM_LOGIC_WEBHOOK_RETRY_BASE=200ms", "IM_LOGIC_WEBHOOK_RETRY_MAX_INTERVAL=1s",
+	}})
+	ctx := ctxT(t, 3*time.Minute)
+	admin := c.Logics[0].AdminAddr
+	const away, sender = 42001, 42002
+	phone := c.Login(t, 0, away, "phone")
+	if err := phone.RegisterPushToken(ctx, client.PushToken{Platform: "gateway", Token: "gt-42001", Gateway: "getui"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = phone.Close()
+	// The job is read and processed but never acknowledged.
+	if err := framework.Failpoint(admin, "logic/push/beforeAck", "error"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Login(t, 0, sender, "web").SendText(ctx, away, "while you were out"); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("webhooks", func(t *testing.T) {
+		type endpointJSON struct {
+			EndpointID    int64    `json:"endpoint_id"`
+			URL           string   `json:"url"`
+			Events        []string `json:"events"`
+			Status        string   `json:"status"`
+			CursorID      int64    `json:"cursor_id,string"`
+			BehindSeconds float64  `json:"behind_seconds"`
+			Attempts      int32    `json:"attempts"`
+			NextAttemptMs int64    `json:"next_attempt_ms"`
+			LastError     string   `json:"last_error"`
+			FromConfig    bool     `json:"from_config"`
+		}
+		poll := func(what string, ok func(e endpointJSON) bool) endpointJSON {
+			t.Helper()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var eps []endpointJSON
+				imctlJSON(t, ctx, c, &eps, "webhooks")
+				if len(eps) != 1 || eps[0].URL != rcv.url() || !eps[0].FromConfig {
+					t.Fatalf("webhooks: %+v, want the one endpoint from config", eps)
+				}
+				if ok(eps[0]) {
+					return eps[0]
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("webhooks never showed %s: last %+v", what, eps[0])
+				}
+				time.Sleep(300 * time.Millisecond)
+			}
+		}
+		failing := poll("the failing endpoint behind", func(e endpointJSON) bool {
+			return e.Status == "active" && e.Attempts >= 2 && strings.Contains(e.LastError, "503") && e.BehindSeconds > 0 && e.NextAttemptMs > 0
+		})
+		if table := string(runIMCtl(t, ctx, c, "webhooks")); !strings.HasPrefix(table, "ID ") || !strings.Contains(table, rcv.url()) {
+			t.Fatalf("webhooks table:\n%s", table)
+		}
+		rcv.setStatus(http.StatusOK)
+		caught := poll("the endpoint caught up", func(e endpointJSON) bool {
+			return e.Attempts == 0 && e.LastError == "" && e.BehindSeconds == 0 && e.CursorID > failing.CursorID
+		})
+		if caught.EndpointID != failing.EndpointID {
+			t.Fatalf("endpoint id changed: %d then %d", failing.EndpointID, caught.EndpointID)
+		}
+	})
+
+	t.Run("push-queue", func(t *testing.T) {
+		type lagJSON struct {
+			Partitions []struct {
+				Partition        int     `json:"partition"`
+				Length           int64   `json:"length"`
+				Pending          int64   `json:"pending"`
+				OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+			} `json:"partitions"`
+			Sources []struct {
+				Addr  string `json:"addr"`
+				Ready bool   `json:"ready"`
+				Error string `json:"error"`
+			} `json:"sources"`
+		}
+		rdb := c.Redis.Client()
+		defer func() { _ = rdb.Close() }()
+		match := func(what string, ok func(length, pending int64, age float64) bool) {
+			t.Helper()
+			deadline := time.Now().Add(30 * time.Second)
+			for {
+				var lag lagJSON
+				imctlJSON(t, ctx, c, &lag, "push-queue", "-logic-admin", admin)
+				if len(lag.Sources) != 1 || !lag.Sources[0].Ready || lag.Sources[0].Error != "" || len(lag.Partitions) != 2 {
+					t.Fatalf("push-queue: %+v", lag)
+				}
+				agree := true
+				var length, pending int64
+				var age float64
+				for i, p := range lag.Partitions {
+					n, err := rdb.XLen(ctx, rediskey.Push(i)).Result()
+					if err != nil {
+						t.Fatal(err)
+					}
+					agree = agree && p.Partition == i && p.Length == n
+					length, pending, age = length+p.Length, pending+p.Pending, max(age, p.OldestAgeSeconds)
+				}
+				if agree && ok(length, pending, age) {
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("push-queue never showed %s: last %+v", what, lag)
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+		}
+		match("the unacknowledged job", func(length, pending int64, age float64) bool { return length == 1 && pending == 1 && age > 0 })
+		if err := framework.Failpoint(admin, "logic/push/beforeAck", "off"); err != nil {
+			t.Fatal(err)
+		}
+		match("an empty queue", func(length, pending int64, age float64) bool { return length == 0 && pending == 0 && age == 0 })
+	})
 }

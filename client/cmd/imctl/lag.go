@@ -11,14 +11,16 @@ import (
 	"strings"
 )
 
-// The deliver gauges queue-lag reads. Every deliver instance samples every
-// partition from Redis (not only those it owns), so any one instance's
-// /metrics has the whole queue; with several, the highest value per
-// partition wins, as the dashboards take max by (partition).
-const (
-	metricLength = "spark_deliver_queue_length"
-	metricPend   = "spark_deliver_queue_pending"
-	metricAge    = "spark_deliver_queue_oldest_age_seconds"
+// queueGauges names the three gauges of a stream queue. Every deliver
+// instance samples every deliver partition, and every logic with push on
+// every push partition, from Redis (not only what it works on), so any
+// one instance's /metrics has the whole queue; with several, the highest
+// value per partition wins, as the dashboards take max by (partition).
+type queueGauges struct{ length, pending, age string }
+
+var (
+	deliverGauges = queueGauges{"spark_deliver_queue_length", "spark_deliver_queue_pending", "spark_deliver_queue_oldest_age_seconds"}
+	pushGauges    = queueGauges{"spark_logic_push_queue_length", "spark_logic_push_queue_pending", "spark_logic_push_queue_oldest_age_seconds"}
 )
 
 // Partition is one row of "queue-lag".
@@ -29,28 +31,40 @@ type Partition struct {
 	OldestAgeSeconds float64 `json:"oldest_age_seconds"`
 }
 
-// Source is one deliver admin address queue-lag read.
+// Source is one admin address queue-lag or push-queue read.
 type Source struct {
 	Addr  string `json:"addr"`
 	Ready bool   `json:"ready"`
 	Error string `json:"error,omitempty"`
 }
 
-// QueueLag is the answer of "queue-lag".
+// QueueLag is the answer of "queue-lag" and "push-queue".
 type QueueLag struct {
 	Partitions []Partition `json:"partitions"`
 	Sources    []Source    `json:"sources"`
 }
 
 func (c *ctl) queueLag(ctx context.Context, args []string) error {
-	fs := subFlags("queue-lag")
-	addrs := fs.String("deliver-admin", c.cfg.Deliver.AdminAddr, "deliver admin addresses, comma-separated")
+	return c.streamQueue(ctx, args, "queue-lag", "deliver-admin", "deliver", c.cfg.Deliver.AdminAddr, deliverGauges)
+}
+
+// pushQueue is "push-queue": the offline-push streams, read from logic's
+// gauges (sampled by every logic whose push is on).
+func (c *ctl) pushQueue(ctx context.Context, args []string) error {
+	return c.streamQueue(ctx, args, "push-queue", "logic-admin", "logic", c.cfg.Logic.AdminAddr, pushGauges)
+}
+
+// streamQueue reads one stream queue's gauges from the processes' admin
+// ports named by -<flag>.
+func (c *ctl) streamQueue(ctx context.Context, args []string, cmd, flagName, process, def string, g queueGauges) error {
+	fs := subFlags(cmd)
+	addrs := fs.String(flagName, def, process+" admin addresses, comma-separated")
 	pos, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 0 {
-		return usageError("queue-lag [-deliver-admin a,b]")
+		return usageError(fmt.Sprintf("%s [-%s a,b]", cmd, flagName))
 	}
 	parts := map[int]*Partition{}
 	lag := QueueLag{Partitions: []Partition{}, Sources: []Source{}}
@@ -66,7 +80,7 @@ func (c *ctl) queueLag(ctx context.Context, args []string) error {
 			src.Error = err.Error()
 		} else {
 			read++
-			mergeQueueMetrics(parts, body.String())
+			mergeQueueMetrics(parts, body.String(), g)
 		}
 		lag.Sources = append(lag.Sources, src)
 	}
@@ -83,7 +97,7 @@ func (c *ctl) queueLag(ctx context.Context, args []string) error {
 		return err
 	}
 	if read == 0 {
-		return fmt.Errorf("no deliver admin address answered /metrics (%s)", *addrs)
+		return fmt.Errorf("no %s admin address answered /metrics (%s)", process, *addrs)
 	}
 	return nil
 }
@@ -107,11 +121,11 @@ func httpGet(ctx context.Context, addr, path string, w io.Writer) error {
 
 // mergeQueueMetrics folds the queue gauges of one Prometheus text
 // exposition into parts, keeping the highest value per partition.
-func mergeQueueMetrics(parts map[int]*Partition, text string) {
+func mergeQueueMetrics(parts map[int]*Partition, text string, g queueGauges) {
 	sc := bufio.NewScanner(strings.NewReader(text))
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
-		name, part, val, ok := parseSample(sc.Text())
+		name, part, val, ok := parseSample(sc.Text(), g)
 		if !ok {
 			continue
 		}
@@ -121,11 +135,11 @@ func mergeQueueMetrics(parts map[int]*Partition, text string) {
 			parts[part] = p
 		}
 		switch name {
-		case metricLength:
+		case g.length:
 			p.Length = max(p.Length, int64(val))
-		case metricPend:
+		case g.pending:
 			p.Pending = max(p.Pending, int64(val))
-		case metricAge:
+		case g.age:
 			p.OldestAgeSeconds = max(p.OldestAgeSeconds, val)
 		}
 	}
@@ -133,13 +147,13 @@ func mergeQueueMetrics(parts map[int]*Partition, text string) {
 
 // parseSample reads a line `name{partition="N"} value` of one of the
 // queue gauges.
-func parseSample(line string) (name string, partition int, val float64, ok bool) {
+func parseSample(line string, g queueGauges) (name string, partition int, val float64, ok bool) {
 	brace := strings.IndexByte(line, '{')
 	if brace < 0 {
 		return "", 0, 0, false
 	}
 	name = line[:brace]
-	if name != metricLength && name != metricPend && name != metricAge {
+	if name != g.length && name != g.pending && name != g.age {
 		return "", 0, 0, false
 	}
 	end := strings.IndexByte(line, '}')

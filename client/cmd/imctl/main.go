@@ -13,11 +13,14 @@
 //	token revoke <user>            revoke every token of the user so far (kicks them too)
 //	send-system <to> <text>        a text message from the system account to a user
 //	queue-lag [-deliver-admin a,b] deliver's queue per partition: length, pending, oldest age
+//	push-queue [-logic-admin a,b]  the offline-push queue per partition, the same figures
+//	webhooks                       webhook endpoints: status, how far behind, attempts, last error
 //
 // Defaults come from the config file (and its IM_* environment
 // overrides, as for every process): -api from logic.grpc_addr, -api-key
 // from the first of logic.api_keys, the cluster secret (drain) from
-// cluster.secret, -deliver-admin from deliver.admin_addr.
+// cluster.secret, -deliver-admin from deliver.admin_addr, -logic-admin
+// from logic.admin_addr.
 package main
 
 import (
@@ -59,6 +62,8 @@ commands:
   token revoke <user>            revoke the user's tokens (kicks them)
   send-system <to_user> <text>   send a text as the system account
   queue-lag [-deliver-admin a,b] deliver queue length, pending and oldest age per partition
+  push-queue [-logic-admin a,b]  offline-push queue length, pending and oldest age per partition
+  webhooks                       webhook endpoints: status, how far behind, attempts, last error
 
 flags:
 `
@@ -148,6 +153,10 @@ func run(ctx context.Context, g globals, args []string, out io.Writer) error {
 		return c.sendSystem(ctx, rest)
 	case "queue-lag":
 		return c.queueLag(ctx, rest)
+	case "push-queue":
+		return c.pushQueue(ctx, rest)
+	case "webhooks":
+		return c.webhooks(ctx, rest)
 	}
 	return usageError(fmt.Sprintf("unknown command %q (imctl -h lists them)", cmd))
 }

@@ -11,10 +11,11 @@ import (
 func TestMergeQueueMetrics(t *testing.T) {
 	tests := []struct {
 		name  string
+		g     queueGauges
 		texts []string
 		want  map[int]Partition
 	}{
-		{"one instance", []string{`# HELP spark_deliver_queue_length x
+		{"one instance", deliverGauges, []string{`# HELP spark_deliver_queue_length x
 # TYPE spark_deliver_queue_length gauge
 spark_deliver_queue_length{partition="0"} 3
 spark_deliver_queue_length{partition="1"} 0
@@ -23,11 +24,17 @@ spark_deliver_queue_oldest_age_seconds{partition="0"} 1.5
 spark_deliver_queue_lag_seconds_bucket{le="0.1"} 9
 spark_deliver_owned_partitions 2
 `}, map[int]Partition{0: {Partition: 0, Length: 3, Pending: 2, OldestAgeSeconds: 1.5}, 1: {Partition: 1}}},
-		{"highest per partition wins", []string{
+		{"highest per partition wins", deliverGauges, []string{
 			`spark_deliver_queue_length{partition="0"} 3` + "\n" + `spark_deliver_queue_oldest_age_seconds{partition="0"} 4`,
 			`spark_deliver_queue_length{partition="0"} 5` + "\n" + `spark_deliver_queue_oldest_age_seconds{partition="0"} 2`,
 		}, map[int]Partition{0: {Partition: 0, Length: 5, OldestAgeSeconds: 4}}},
-		{"other labels and junk", []string{`spark_deliver_queue_length{instance="d1",partition="7"} 12 1700000000000
+		{"push gauges, not deliver's", pushGauges, []string{`spark_logic_push_queue_length{partition="1"} 4
+spark_logic_push_queue_pending{partition="1"} 1
+spark_logic_push_queue_oldest_age_seconds{partition="1"} 0.25
+spark_deliver_queue_length{partition="1"} 99
+spark_logic_push_lag_seconds_bucket{le="0.1"} 9
+`}, map[int]Partition{1: {Partition: 1, Length: 4, Pending: 1, OldestAgeSeconds: 0.25}}},
+		{"other labels and junk", deliverGauges, []string{`spark_deliver_queue_length{instance="d1",partition="7"} 12 1700000000000
 spark_deliver_queue_length{partition="x"} 1
 spark_deliver_queue_length{partition="2"} nope
 spark_deliver_queue_length 4
@@ -37,7 +44,7 @@ spark_deliver_queue_length 4
 		t.Run(tt.name, func(t *testing.T) {
 			parts := map[int]*Partition{}
 			for _, s := range tt.texts {
-				mergeQueueMetrics(parts, s)
+				mergeQueueMetrics(parts, s, tt.g)
 			}
 			got := map[int]Partition{}
 			for k, v := range parts {

@@ -3,13 +3,13 @@ package consumer
 import (
 	"context"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/deliver/internal/metrics"
+	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 )
 
@@ -37,53 +37,24 @@ func SampleQueues(ctx context.Context, rdb redis.Cmdable, partitions int, interv
 }
 
 // SampleOnce reads every partition's stream length, pending count and
-// oldest entry in one pipeline and sets the gauges. Acknowledged jobs are
-// deleted from their stream (see ack), so the stream's length is its
-// backlog and its first entry the oldest unfinished job; its ID's
-// millisecond part is when Redis took it.
+// oldest entry in one pipeline (queue.Sample) and sets the gauges.
 func SampleOnce(ctx context.Context, rdb redis.Cmdable, partitions int, m *metrics.Metrics, now time.Time) error {
-	pipe := rdb.Pipeline()
-	lens := make([]*redis.IntCmd, partitions)
-	firsts := make([]*redis.XMessageSliceCmd, partitions)
-	pends := make([]*redis.XPendingCmd, partitions)
-	for p := 0; p < partitions; p++ {
-		stream := rediskey.Deliver(p)
-		lens[p] = pipe.XLen(ctx, stream)
-		firsts[p] = pipe.XRangeN(ctx, stream, "-", "+", 1)
-		pends[p] = pipe.XPending(ctx, stream, rediskey.DeliverGroup)
+	streams := make([]string, partitions)
+	for p := range streams {
+		streams[p] = rediskey.Deliver(p)
 	}
-	// Exec's error is the first failed command's; the others are still
-	// read below, so one missing group does not blank every partition.
-	_, execErr := pipe.Exec(ctx)
-	for p := 0; p < partitions; p++ {
+	states, err := queue.Sample(ctx, rdb, streams, rediskey.DeliverGroup, now)
+	for p, st := range states {
 		l := strconv.Itoa(p)
-		if n, err := lens[p].Result(); err == nil {
-			m.QueueLength.WithLabelValues(l).Set(float64(n))
+		if st.LengthOK {
+			m.QueueLength.WithLabelValues(l).Set(float64(st.Length))
 		}
-		if msgs, err := firsts[p].Result(); err == nil {
-			age := 0.0
-			if len(msgs) > 0 {
-				age = entryAge(msgs[0].ID, now)
-			}
-			m.QueueOldestAge.WithLabelValues(l).Set(age)
+		if st.AgeOK {
+			m.QueueOldestAge.WithLabelValues(l).Set(st.OldestAgeSeconds)
 		}
-		if pend, err := pends[p].Result(); err == nil {
-			m.QueuePending.WithLabelValues(l).Set(float64(pend.Count))
+		if st.PendingOK {
+			m.QueuePending.WithLabelValues(l).Set(float64(st.Pending))
 		}
 	}
-	if execErr == redis.Nil {
-		return nil
-	}
-	return execErr
-}
-
-// entryAge is now minus the time in a stream entry ID ("ms-seq"), never
-// negative (the Redis host's clock may run ahead of ours).
-func entryAge(id string, now time.Time) float64 {
-	ms, _, _ := strings.Cut(id, "-")
-	t, err := strconv.ParseInt(ms, 10, 64)
-	if err != nil {
-		return 0
-	}
-	return max(now.Sub(time.UnixMilli(t)).Seconds(), 0)
+	return err
 }

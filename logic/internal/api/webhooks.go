@@ -9,6 +9,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/webhook"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/msgid"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -84,7 +85,15 @@ func (s *Server) ListWebhookEndpoints(ctx context.Context, _ *logicv1.ListWebhoo
 	}
 	out := &logicv1.ListWebhookEndpointsReply{}
 	for _, ep := range eps {
-		out.Endpoints = append(out.Endpoints, endpointOf(ep, false))
+		e := endpointOf(ep, false)
+		id, err := h.OldestPending(ctx, ep)
+		if err != nil {
+			return nil, s.webhookErr("ListWebhookEndpoints", err)
+		}
+		if id > 0 {
+			e.OldestPendingMs = msgid.TimeOf(id).UnixMilli()
+		}
+		out.Endpoints = append(out.Endpoints, e)
 	}
 	return out, nil
 }

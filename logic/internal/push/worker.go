@@ -112,7 +112,47 @@ func (w *Worker) Run(ctx context.Context) {
 	for p := 0; p < w.cfg.Partitions; p++ {
 		wg.Go(func() { w.runPartition(ctx, p) })
 	}
+	wg.Go(func() { w.sampleQueues(ctx) })
 	wg.Wait()
+}
+
+// sampleEvery is how often the push queue gauges are read: a typical
+// scrape interval.
+const sampleEvery = 5 * time.Second
+
+// sampleQueues sets the push queue gauges of every partition now and then
+// every sampleEvery until ctx ends: three pipelined commands per
+// partition per interval, never per job.
+func (w *Worker) sampleQueues(ctx context.Context) {
+	streams := make([]string, w.cfg.Partitions)
+	for p := range streams {
+		streams[p] = rediskey.Push(p)
+	}
+	t := time.NewTicker(sampleEvery)
+	defer t.Stop()
+	for {
+		states, err := queue.Sample(ctx, w.rdb, streams, rediskey.PushGroup, time.Now())
+		if err != nil && ctx.Err() == nil {
+			w.log.Debug("sample push queues", zap.Error(err))
+		}
+		for p, st := range states {
+			l := strconv.Itoa(p)
+			if st.LengthOK {
+				w.m.QueueLength.WithLabelValues(l).Set(float64(st.Length))
+			}
+			if st.PendingOK {
+				w.m.QueuePending.WithLabelValues(l).Set(float64(st.Pending))
+			}
+			if st.AgeOK {
+				w.m.QueueOldestAge.WithLabelValues(l).Set(st.OldestAgeSeconds)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 func (w *Worker) runPartition(ctx context.Context, p int) {
@@ -531,6 +571,12 @@ type Metrics struct {
 	Reclaimed     prometheus.Counter
 	Jobs          *prometheus.CounterVec
 	Lag           prometheus.Histogram
+	// QueueLength, QueuePending and QueueOldestAge are each push
+	// stream's backlog, sampled every sampleEvery by every logic (a
+	// dashboard takes max by partition), as deliver samples its queue.
+	QueueLength    *prometheus.GaugeVec
+	QueuePending   *prometheus.GaugeVec
+	QueueOldestAge *prometheus.GaugeVec
 }
 
 // NewMetrics creates the collectors and registers them on reg (nil: not
@@ -555,9 +601,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Push jobs handled, by result (done, deferred, malformed)."}, []string{"result"}),
 		Lag: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "spark", Subsystem: "logic", Name: "push_lag_seconds",
 			Help: "Time from deliver queuing a push job to its last notification.", Buckets: prometheus.ExponentialBuckets(0.005, 2, 14)}),
+		QueueLength: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "spark", Subsystem: "logic", Name: "push_queue_length",
+			Help: "Push jobs in each push stream not yet finished (acknowledged jobs are deleted)."}, []string{"partition"}),
+		QueuePending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "spark", Subsystem: "logic", Name: "push_queue_pending",
+			Help: "Push jobs read by a worker and not yet acknowledged, per push stream."}, []string{"partition"}),
+		QueueOldestAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "spark", Subsystem: "logic", Name: "push_queue_oldest_age_seconds",
+			Help: "Age of the oldest unfinished push job per push stream (0 when empty)."}, []string{"partition"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Notifications, m.Answers, m.TokensRemoved, m.SendSeconds, m.Collapsed, m.Duplicates, m.Reclaimed, m.Jobs, m.Lag)
+		reg.MustRegister(m.Notifications, m.Answers, m.TokensRemoved, m.SendSeconds, m.Collapsed, m.Duplicates, m.Reclaimed, m.Jobs, m.Lag,
+			m.QueueLength, m.QueuePending, m.QueueOldestAge)
 		for _, p := range []string{"apns", "fcm", "gateway"} {
 			for _, r := range []string{"sent", "dead_token", "auth_error", "rejected", "gave_up"} {
 				m.Notifications.WithLabelValues(p, r)

@@ -360,3 +360,28 @@ func affected(res sql.Result, err error, op string) (bool, error) {
 	}
 	return n > 0, nil
 }
+
+// OldestWebhookEventAfter returns the lowest event id above cursor, of
+// t_webhook_events and, with messages, of t_messages (the two sources an
+// endpoint's cursor runs over), or 0 when there is none: the oldest event
+// an endpoint at cursor has not had yet. Two primary-key seeks.
+func (s *Store) OldestWebhookEventAfter(ctx context.Context, cursor int64, messages bool) (int64, error) {
+	var ev, msg sql.NullInt64
+	if err := s.db.GetContext(ctx, &ev, "SELECT MIN(id) FROM t_webhook_events WHERE id > ?", cursor); err != nil {
+		return 0, err
+	}
+	if messages {
+		if err := s.db.GetContext(ctx, &msg, "SELECT MIN(id) FROM t_messages WHERE id > ?", cursor); err != nil {
+			return 0, err
+		}
+	}
+	switch {
+	case ev.Valid && msg.Valid:
+		return min(ev.Int64, msg.Int64), nil
+	case ev.Valid:
+		return ev.Int64, nil
+	case msg.Valid:
+		return msg.Int64, nil
+	}
+	return 0, nil
+}

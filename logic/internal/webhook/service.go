@@ -118,6 +118,14 @@ func (s *Service) List(ctx context.Context) ([]store.WebhookEndpoint, error) {
 	return s.st.ListWebhookEndpoints(ctx)
 }
 
+// OldestPending is the id of the oldest event the endpoint has not had
+// yet (0: none), whatever its type: the cursor passes events the endpoint
+// does not subscribe to as it reaches them.
+func (s *Service) OldestPending(ctx context.Context, ep store.WebhookEndpoint) (int64, error) {
+	messages := ep.Events == "" || slices.Contains(strings.Split(ep.Events, ","), EventMessageSent)
+	return s.st.OldestWebhookEventAfter(ctx, ep.CursorID, messages)
+}
+
 // Disable stops deliveries to an endpoint; its cursor stays, so Replay
 // resumes it where it stopped or from any offset.
 func (s *Service) Disable(ctx context.Context, id int64) (store.WebhookEndpoint, error) {

@@ -3706,10 +3706,14 @@ type WebhookEndpoint struct {
 	// old_secret_until_ms is the end of a rotation's grace period (0: none).
 	OldSecretUntilMs int64 `protobuf:"varint,10,opt,name=old_secret_until_ms,json=oldSecretUntilMs,proto3" json:"old_secret_until_ms,omitempty"`
 	// from_config: created from logic.webhook.urls.
-	FromConfig    bool  `protobuf:"varint,11,opt,name=from_config,json=fromConfig,proto3" json:"from_config,omitempty"`
-	CreatedAtMs   int64 `protobuf:"varint,12,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FromConfig  bool  `protobuf:"varint,11,opt,name=from_config,json=fromConfig,proto3" json:"from_config,omitempty"`
+	CreatedAtMs int64 `protobuf:"varint,12,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
+	// oldest_pending_ms is when the oldest event the endpoint has not had
+	// yet was committed (0: none); set by ListWebhookEndpoints. A healthy
+	// endpoint trails by about logic.webhook.settle.
+	OldestPendingMs int64 `protobuf:"varint,13,opt,name=oldest_pending_ms,json=oldestPendingMs,proto3" json:"oldest_pending_ms,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *WebhookEndpoint) Reset() {
@@ -3822,6 +3826,13 @@ func (x *WebhookEndpoint) GetFromConfig() bool {
 func (x *WebhookEndpoint) GetCreatedAtMs() int64 {
 	if x != nil {
 		return x.CreatedAtMs
+	}
+	return 0
+}
+
+func (x *WebhookEndpoint) GetOldestPendingMs() int64 {
+	if x != nil {
+		return x.OldestPendingMs
 	}
 	return 0
 }
@@ -4698,7 +4709,7 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\auser_id\x18\x01 \x01(\x03R\x06userId\"H\n" +
 	"\x1cCreateWebhookEndpointRequest\x12\x10\n" +
 	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
-	"\x06events\x18\x02 \x03(\tR\x06events\"\x80\x03\n" +
+	"\x06events\x18\x02 \x03(\tR\x06events\"\xac\x03\n" +
 	"\x0fWebhookEndpoint\x12\x1f\n" +
 	"\vendpoint_id\x18\x01 \x01(\x03R\n" +
 	"endpointId\x12\x10\n" +
@@ -4715,7 +4726,8 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	" \x01(\x03R\x10oldSecretUntilMs\x12\x1f\n" +
 	"\vfrom_config\x18\v \x01(\bR\n" +
 	"fromConfig\x12\"\n" +
-	"\rcreated_at_ms\x18\f \x01(\x03R\vcreatedAtMs\"\x1d\n" +
+	"\rcreated_at_ms\x18\f \x01(\x03R\vcreatedAtMs\x12*\n" +
+	"\x11oldest_pending_ms\x18\r \x01(\x03R\x0foldestPendingMs\"\x1d\n" +
 	"\x1bListWebhookEndpointsRequest\"T\n" +
 	"\x19ListWebhookEndpointsReply\x127\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x19.logic.v1.WebhookEndpointR\tendpoints\"5\n" +
