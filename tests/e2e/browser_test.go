@@ -156,16 +156,16 @@ func spkiHash(t *testing.T, certFile string) string {
 	return base64.StdEncoding.EncodeToString(sum[:])
 }
 
-// browserArtifacts is where the browser test leaves its screenshots:
-// $SPARK_ARTIFACTS_DIR/browser, else .run/artifacts/browser in the
+// browserArtifacts is where a browser test leaves its screenshots:
+// $SPARK_ARTIFACTS_DIR/<name>, else .run/artifacts/<name> in the
 // repository (ignored by git); emptied first so it holds the last run.
-func browserArtifacts(t *testing.T, sdk string) string {
+func browserArtifacts(t *testing.T, sdk, name string) string {
 	t.Helper()
 	base := os.Getenv("SPARK_ARTIFACTS_DIR")
 	if base == "" {
 		base = filepath.Join(sdk, "..", "..", ".run", "artifacts")
 	}
-	dir, err := filepath.Abs(filepath.Join(base, "browser"))
+	dir, err := filepath.Abs(filepath.Join(base, name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestBrowserDemoChatOverWSS(t *testing.T) {
 	web := httptest.NewServer(mux)
 	t.Cleanup(web.Close)
 
-	artifacts := browserArtifacts(t, sdk)
+	artifacts := browserArtifacts(t, sdk, "browser")
 	const alice, bob = 9301, 9302
 	users := []browserUser{
 		{User: fmt.Sprint(alice), Device: "web-alice", Gate: "wss://" + c.Gates[0].WSSAddr + "/ws"},

@@ -13,12 +13,6 @@ import (
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
-// endpointStatus names t_webhook_endpoints.status values on the API.
-var endpointStatus = map[int]string{
-	store.EndpointActive: "active", store.EndpointDisabled: "disabled",
-	store.EndpointGone: "gone", store.EndpointDead: "dead",
-}
-
 // webhooks returns the endpoint manager, or 40901 while webhooks are off:
 // an endpoint created then would receive nothing.
 func (s *Server) webhooks() (*webhook.Service, error) {
@@ -39,7 +33,7 @@ func (s *Server) webhookErr(op string, err error) error {
 
 func endpointOf(ep store.WebhookEndpoint, withSecret bool) *logicv1.WebhookEndpoint {
 	out := &logicv1.WebhookEndpoint{
-		EndpointId: ep.ID, Url: ep.URL, Status: endpointStatus[ep.Status], CursorId: ep.CursorID,
+		EndpointId: ep.ID, Url: ep.URL, Status: webhook.StatusName(ep.Status), CursorId: ep.CursorID,
 		Attempts: int32(ep.Attempts), LastError: ep.LastError, FromConfig: ep.FromConfig, CreatedAtMs: ep.CreatedAt.UnixMilli(),
 	}
 	if ep.Events != "" {

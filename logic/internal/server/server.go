@@ -23,6 +23,7 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/api"
 	"github.com/sparkim/spark/logic/internal/auth"
+	"github.com/sparkim/spark/logic/internal/console"
 	"github.com/sparkim/spark/logic/internal/conversation"
 	"github.com/sparkim/spark/logic/internal/gatepush"
 	"github.com/sparkim/spark/logic/internal/gateway"
@@ -48,6 +49,7 @@ import (
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/errcode"
+	"github.com/sparkim/spark/pkg/logging"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/redisconn"
 	"github.com/sparkim/spark/pkg/rediskey"
@@ -68,6 +70,8 @@ const (
 	MachineLeaseMargin = 5 * time.Second
 	drainTimeout       = 5 * time.Second
 	kickTimeout        = 3 * time.Second
+	// consoleErrors is how many warnings and errors the console keeps.
+	consoleErrors = 100
 )
 
 // AutoMachineID as logic.machine_id makes logic lease the first free
@@ -90,6 +94,9 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		return fmt.Errorf("logic.machine_id %d outside 0..%d (or %d: lease a free one)", lc.MachineID, msgid.MaxMachineID, AutoMachineID)
 	}
 
+	// The console shows this process's last warnings and errors.
+	recent := logging.NewRecent(consoleErrors)
+	log = recent.Tee(log)
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg)
 	rd := newReadiness("starting")
@@ -315,6 +322,14 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	logicv1.RegisterGatewayServer(gs, gw)
 	onlineSvc := online.New(rdb, gates, clients, kickTimeout, log)
 	adm.Handle("/gates", api.GatesHandler(onlineSvc))
+	pushPartitions := 0
+	if cfg.Push.Enabled {
+		pushPartitions = cfg.Push.Partitions
+	}
+	con := console.Handler(console.Sources{Online: onlineSvc, Redis: rdb, DeliverPartitions: cfg.Queue.Partitions,
+		PushPartitions: pushPartitions, Webhooks: hooks, Recent: recent, Keys: keys})
+	adm.Handle("/console", con)
+	adm.Handle("/console/state", con)
 	logicv1.RegisterApiServer(gs, api.New(api.Services{
 		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
 		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens, Webhooks: hooks, Upstream: upstreams,

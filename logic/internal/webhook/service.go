@@ -118,6 +118,22 @@ func (s *Service) List(ctx context.Context) ([]store.WebhookEndpoint, error) {
 	return s.st.ListWebhookEndpoints(ctx)
 }
 
+// StatusName names a t_webhook_endpoints.status value as the API and the
+// console show it.
+func StatusName(status int) string {
+	switch status {
+	case store.EndpointActive:
+		return "active"
+	case store.EndpointDisabled:
+		return "disabled"
+	case store.EndpointGone:
+		return "gone"
+	case store.EndpointDead:
+		return "dead"
+	}
+	return "unknown"
+}
+
 // OldestPending is the id of the oldest event the endpoint has not had
 // yet (0: none), whatever its type: the cursor passes events the endpoint
 // does not subscribe to as it reaches them.
