@@ -21,6 +21,7 @@ type Summary struct {
 	Undrained  string              `json:"undrained,omitempty"`
 	OutboxLeft int                 `json:"outbox_left"`
 	Events     int                 `json:"events"`
+	Restarts   []Restart           `json:"restarts,omitempty"`
 }
 
 // sampleKeep is how many load events (sends, answers, pushes, syncs) the
@@ -48,7 +49,7 @@ func WriteReport(dir string, cfg Config, res Result) error {
 	cfg.defaults()
 	sum := Summary{Pass: res.Verdict.Pass, Seed: res.Seed, Duration: cfg.Duration.String(), Elapsed: res.Elapsed.Round(time.Second).String(),
 		Stats: res.Verdict.Stats, Failures: res.Verdict.Failures, Examples: res.Verdict.Examples,
-		Undrained: res.Undrained, OutboxLeft: res.OutboxLeft, Events: len(res.Events)}
+		Undrained: res.Undrained, OutboxLeft: res.OutboxLeft, Events: len(res.Events), Restarts: res.Restarts}
 	for _, e := range res.Events {
 		if e.Kind == KindFault {
 			line := time.UnixMilli(e.T).UTC().Format("15:04:05") + " " + e.Detail
@@ -65,9 +66,17 @@ func WriteReport(dir string, cfg Config, res Result) error {
 	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("chaos: write summary: %w", err)
 	}
-	verdict := fmt.Sprintf("seed %d, load under faults %v, whole run %v\n%s", res.Seed, cfg.Duration, res.Elapsed.Round(time.Second), res.Verdict)
+	window := fmt.Sprintf("load under faults %v", cfg.Duration)
+	if cfg.Rolling {
+		window = "load under a rolling restart"
+		sum.Duration = ""
+	}
+	verdict := fmt.Sprintf("seed %d, %s, whole run %v\n%s", res.Seed, window, res.Elapsed.Round(time.Second), res.Verdict)
 	if res.Undrained != "" {
 		verdict += "deliver queue not drained at the end: " + res.Undrained + "\n"
+	}
+	if len(res.Restarts) > 0 {
+		verdict += restartTable(res.Restarts)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "verdict.txt"), []byte(verdict), 0o644); err != nil {
 		return fmt.Errorf("chaos: write verdict: %w", err)

@@ -58,6 +58,11 @@ type Config struct {
 	// happened, so a short window still proves them all instead of
 	// being sized for the unluckiest deal.
 	EveryFault bool
+	// Rolling replaces the random faults with a rolling restart: every
+	// gate, then every logic, then every deliver, SIGTERM and restart one
+	// at a time under the load (Duration, the outages and EveryFault are
+	// then unused); Result.Restarts has each step's reconnect figures.
+	Rolling bool
 	// Calm is the length of the calm phase (default 15 s).
 	Calm time.Duration
 	// Failpoint, when set ("name=action"), is armed on every deliver at
@@ -119,6 +124,8 @@ type Result struct {
 	// OutboxLeft counts operations still without an answer after the
 	// outbox flush (uncertain for good).
 	OutboxLeft int
+	// Restarts are a rolling run's steps.
+	Restarts []Restart
 }
 
 // Run starts a cluster of 3 gates, 2 logic and 2 deliver processes with
@@ -135,7 +142,13 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 	hist := NewHistory(cfg.History)
 	hist.Add(Event{Kind: KindPhase, Detail: PhaseSetup, Err: fmt.Sprintf("seed %d", cfg.Seed)})
 
-	c := framework.NewCluster(t, framework.Options{Gates: 3, Logics: 2, Delivers: 2, Partitions: partitions, PrivateMySQL: true})
+	opts := framework.Options{Gates: 3, Logics: 2, Delivers: 2, Partitions: partitions, PrivateMySQL: true}
+	if cfg.Rolling {
+		// A gate on SIGTERM spreads its kicks as in production, so the
+		// reconnect storm is the one an operator's rollout makes.
+		opts.GateEnv = []string{"IM_GATE_SHUTDOWN_KICK_WINDOW=3s"}
+	}
+	c := framework.NewCluster(t, opts)
 	var addrs []string
 	for _, g := range c.Gates {
 		addrs = append(addrs, g.TCPAddr)
@@ -168,7 +181,11 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 	}
 	f := &faults{c: c, hist: hist, rng: rand.New(rand.NewPCG(cfg.Seed+1, cfg.Seed)), logf: cfg.Logf,
 		plan: faultPlan{Gap: cfg.FaultGap, Down: cfg.FaultDown, Outage: cfg.Outage, EveryFault: cfg.EveryFault}}
-	f.run(ctx, cfg.Duration)
+	if cfg.Rolling {
+		res.Restarts = f.rolling(ctx, slots)
+	} else {
+		f.run(ctx, cfg.Duration)
+	}
 
 	// Recovery: everything runs again; the load goes on a little without
 	// faults, then stops.
