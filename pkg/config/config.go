@@ -31,6 +31,34 @@ type Config struct {
 	Logic   Logic   `mapstructure:"logic"`
 	Deliver Deliver `mapstructure:"deliver"`
 	Push    Push    `mapstructure:"push"`
+	Tracing Tracing `mapstructure:"tracing"`
+}
+
+// Tracing configures OpenTelemetry traces, the same for every process
+// (each names itself spark-gate, spark-logic or spark-deliver).
+type Tracing struct {
+	// Enabled exports spans; off, no span is made (decision 100).
+	Enabled bool `mapstructure:"enabled"`
+	// Endpoint is the OTLP/HTTP traces URL of a collector.
+	Endpoint string `mapstructure:"endpoint"`
+	// SampleRatio is the share of sends traced, 0 < ratio ≤ 1; a trace is
+	// sampled where it starts (the gate) and followed everywhere after.
+	SampleRatio float64 `mapstructure:"sample_ratio"`
+}
+
+// Validate checks tracing when it is on.
+func (t Tracing) Validate() error {
+	if !t.Enabled {
+		return nil
+	}
+	var errs []error
+	if u, err := url.Parse(t.Endpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		errs = append(errs, fmt.Errorf("config: tracing.endpoint %q: want an http or https URL", t.Endpoint))
+	}
+	if !(t.SampleRatio > 0 && t.SampleRatio <= 1) {
+		errs = append(errs, fmt.Errorf("config: tracing.sample_ratio %v: want 0 < ratio <= 1", t.SampleRatio))
+	}
+	return errors.Join(errs...)
 }
 
 // Log configures logging.
@@ -540,6 +568,7 @@ type FCM struct {
 func Default() *Config {
 	return &Config{
 		Log:     Log{Level: "info"},
+		Tracing: Tracing{Enabled: false, Endpoint: "http://127.0.0.1:4318/v1/traces", SampleRatio: 1},
 		Cluster: Cluster{Secret: ""},
 		Queue:   Queue{Partitions: 16},
 		Gate: Gate{
@@ -795,6 +824,7 @@ func (c *Config) Validate() error {
 		c.Logic.Validate(),
 		c.Deliver.Validate(),
 		c.Push.Validate(),
+		c.Tracing.Validate(),
 		validateCrossProcess(c),
 	}
 	if c.Queue.Partitions < 1 {

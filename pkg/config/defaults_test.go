@@ -12,6 +12,7 @@ import (
 // or empty, and a single Redis server uses DB 0.
 var zeroByDesign = map[string]bool{
 	"cluster.secret":                true,
+	"tracing.enabled":               true, // off unless a collector is named
 	"gate.push_advertise":           true, // Load makes it gate.push_addr
 	"gate.client_advertise":         true,
 	"gate.proxy_protocol":           true,

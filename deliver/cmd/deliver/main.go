@@ -26,6 +26,7 @@ import (
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/logging"
 	"github.com/sparkim/spark/pkg/redisconn"
+	"github.com/sparkim/spark/pkg/tracing"
 )
 
 func main() {
@@ -54,6 +55,11 @@ func run(cfgPath string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	stopTracing, err := tracing.Start(ctx, cfg.Tracing, "spark-deliver")
+	if err != nil {
+		return err
+	}
+	defer tracing.Stop(stopTracing)
 
 	d := cfg.Deliver
 	// Every partition goroutine blocks in XREADGROUP on its own

@@ -14,6 +14,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"sort"
 	"strings"
 	"sync"
@@ -36,6 +38,7 @@ import (
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/route"
 	"github.com/sparkim/spark/pkg/rpclimit"
+	"github.com/sparkim/spark/pkg/tracing"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
@@ -204,6 +207,10 @@ type task struct {
 	// attempted are the targets handed to a live gate's PushBatch; those
 	// not in missed were taken by a live connection (no notification).
 	attempted []Target
+	// span is deliver's span of a traced job (nil otherwise), and
+	// traceParent its traceparent for the Push items.
+	span        trace.Span
+	traceParent string
 }
 
 // ProcessBatch handles a partition's jobs, in stream order, as the jobs
@@ -268,7 +275,10 @@ func (f *Fanout) prepare(partition int, jobs []*queuev1.DeliverJob) ([]task, err
 
 // process runs the stages over tasks, which may hold several partitions'
 // jobs, each partition's in stream order.
-func (f *Fanout) process(ctx context.Context, tasks []task) error {
+func (f *Fanout) process(ctx context.Context, tasks []task) (err error) {
+	if tracing.On() {
+		defer traceTasks(ctx, tasks)(&err)
+	}
 	start := time.Now()
 	if err := f.expandGroups(ctx, tasks); err != nil {
 		return err
@@ -768,7 +778,7 @@ func (f *Fanout) pushGate(ctx context.Context, w *gateWork, tasks []task) (misse
 	req := &gatev1.PushBatchRequest{Items: make([]*gatev1.PushRequest, len(w.items))}
 	for k, it := range w.items {
 		t := &tasks[it.task]
-		item := &gatev1.PushRequest{Command: t.command, Body: t.body, Targets: make([]*gatev1.Target, len(it.targets))}
+		item := &gatev1.PushRequest{Command: t.command, Body: t.body, Targets: make([]*gatev1.Target, len(it.targets)), TraceParent: t.traceParent}
 		if f.pushPartitions > 0 && t.message && !t.job.GetNoOfflinePush() {
 			// The gate keeps it until PUSH_ACK and reports it if the
 			// connection goes away first (an offline notification).
@@ -901,5 +911,33 @@ func (f *Fanout) removeRoute(ctx context.Context, log *zap.Logger, s Stale) {
 	}
 	if n > 0 {
 		f.m.StaleRoutes.Inc()
+	}
+}
+
+// traceTasks starts deliver's span of each traced job of a round (a child
+// of logic's span, from the job's trace_parent) and returns what ends them
+// with the round's outcome.
+func traceTasks(ctx context.Context, tasks []task) func(*error) {
+	for i := range tasks {
+		t := &tasks[i]
+		if t.job.GetTraceParent() == "" {
+			continue
+		}
+		sctx, span := tracing.Tracer().Start(tracing.WithParent(ctx, t.job.GetTraceParent()), "deliver.job",
+			trace.WithSpanKind(trace.SpanKindConsumer),
+			trace.WithAttributes(tracing.AttrMsgID.Int64(t.job.GetMsgId()), attribute.Int("spark.partition", t.partition),
+				attribute.Int("spark.recipients", len(t.job.GetRecipients()))))
+		t.span, t.traceParent = span, tracing.Parent(sctx)
+	}
+	return func(err *error) {
+		for i := range tasks {
+			if sp := tasks[i].span; sp != nil {
+				if *err != nil {
+					sp.RecordError(*err)
+				}
+				sp.End()
+				tasks[i].span, tasks[i].traceParent = nil, ""
+			}
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/sparkim/spark/pkg/admin"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/logging"
+	"github.com/sparkim/spark/pkg/tracing"
 )
 
 func main() {
@@ -41,6 +42,11 @@ func run(configPath string) error {
 	if err := server.TuneNetpoll(); err != nil {
 		return err
 	}
+	stopTracing, err := tracing.Start(context.Background(), cfg.Tracing, "spark-gate")
+	if err != nil {
+		return err
+	}
+	defer tracing.Stop(stopTracing)
 
 	reg := prometheus.NewRegistry()
 	srv, err := server.New(server.Options{

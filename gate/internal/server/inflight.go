@@ -2,6 +2,7 @@ package server
 
 import (
 	"container/list"
+	"go.opentelemetry.io/otel/trace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,12 +28,18 @@ type pendingReq struct {
 	// next chains requests with the same key (a client reusing ids while
 	// one is in flight); logic answers a connection in order, so FIFO.
 	next *pendingReq
+	// span is the gate's span of a SEND, nil unless tracing is on.
+	span trace.Span
 }
 
-// release gives the request's slot back to its connection.
+// release gives the request's slot back to its connection and ends its
+// span: the request left the set, answered or not.
 func (p *pendingReq) release() {
 	if p.slots != nil {
 		p.slots.Add(-1)
+	}
+	if p.span != nil {
+		p.span.End()
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/frame"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/tracing"
 	gatev1 "github.com/sparkim/spark/proto/gate/v1"
 )
 
@@ -78,6 +81,19 @@ func (p *pushService) PushBatch(ctx context.Context, req *gatev1.PushBatchReques
 // pushItem queues one push's body to each of its targets.
 func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.PushRequest) (*gatev1.PushReply, error) {
 	reply := &gatev1.PushReply{}
+	if req.TraceParent != "" && tracing.On() {
+		// The last hop of a send's trace: queued to the devices'
+		// connections (their writes follow on the event loops).
+		_, span := tracing.Tracer().Start(tracing.WithParent(ctx, req.TraceParent), "gate.push",
+			trace.WithAttributes(attribute.Int("spark.command", int(cmd)), attribute.Int("spark.targets", len(req.Targets))))
+		if req.NotifyMsgId != 0 {
+			span.SetAttributes(tracing.AttrMsgID.Int64(req.NotifyMsgId))
+		}
+		defer func() {
+			span.SetAttributes(attribute.Int("spark.delivered", int(reply.Delivered)))
+			span.End()
+		}()
+	}
 	for _, t := range req.Targets {
 		if err := ctx.Err(); err != nil {
 			return nil, status.FromContextError(err).Err()

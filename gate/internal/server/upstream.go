@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -15,8 +16,10 @@ import (
 
 	"github.com/sparkim/spark/pkg/clusterauth"
 	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/retry"
 	"github.com/sparkim/spark/pkg/rpclimit"
+	"github.com/sparkim/spark/pkg/tracing"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -248,18 +251,31 @@ func (u *Upstream) Forward(ctx context.Context, c *upLink, sess *logicv1.Session
 		st:      st,
 		slots:   &c.inflight,
 	}
+	var traceParent string
+	if h.Command == protocol.CmdSendMessage && tracing.On() {
+		// A send's trace starts here; the span ends when the request
+		// leaves the in-flight set (pendingReq.release). Set before the
+		// request is in the set, where the expiry may release it.
+		sctx, span := tracing.Tracer().Start(ctx, "gate.send", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(tracing.AttrConnID.Int64(int64(c.id)), tracing.AttrUserID.Int64(sess.GetUserId())))
+		p.span, traceParent = span, tracing.Parent(sctx)
+	}
 	if !st.infl.add(p) {
 		c.inflight.Add(-1)
+		if p.span != nil {
+			p.span.End()
+		}
 		return false
 	}
 	it := upItem{req: &logicv1.Request{
-		ConnId:     c.id,
-		Session:    sess,
-		RealIp:     c.realIP,
-		Command:    uint32(h.Command),
-		RequestId:  h.RequestID,
-		SequenceId: h.SequenceID,
-		Body:       body,
+		ConnId:      c.id,
+		Session:     sess,
+		RealIp:      c.realIP,
+		Command:     uint32(h.Command),
+		RequestId:   h.RequestID,
+		SequenceId:  h.SequenceID,
+		Body:        body,
+		TraceParent: traceParent,
 	}}
 	select {
 	case st.sendq <- it:

@@ -15,6 +15,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/server"
 	"github.com/sparkim/spark/pkg/config"
 	"github.com/sparkim/spark/pkg/logging"
+	"github.com/sparkim/spark/pkg/tracing"
 )
 
 func main() {
@@ -33,7 +34,15 @@ func main() {
 	defer func() { _ = log.Sync() }()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	if err := server.Run(ctx, cfg, log); err != nil {
+	stopTracing, err := tracing.Start(ctx, cfg.Tracing, "spark-logic")
+	if err != nil {
+		log.Error("logic failed", zap.Error(err))
+		_ = log.Sync()
+		os.Exit(1)
+	}
+	err = server.Run(ctx, cfg, log)
+	tracing.Stop(stopTracing)
+	if err != nil {
 		log.Error("logic failed", zap.Error(err))
 		_ = log.Sync()
 		os.Exit(1)

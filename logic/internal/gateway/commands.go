@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sparkim/spark/logic/internal/auth"
 	"github.com/sparkim/spark/logic/internal/clientwire"
@@ -11,6 +12,7 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/tracing"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -56,6 +58,14 @@ var commands = map[uint32]command{
 		func(h *Handler, c *call, r protocol.SendRequest) (any, error) {
 			ack, err := h.Messages.Send(c.ctx, c.sender(), clientwire.SendRequest(r))
 			c.resp.Command = uint32(protocol.CmdSendAck)
+			if tracing.On() {
+				span := trace.SpanFromContext(c.ctx)
+				if err != nil {
+					span.RecordError(err)
+				} else {
+					span.SetAttributes(tracing.AttrMsgID.Int64(ack.MsgID))
+				}
+			}
 			return wire(ack, err, clientwire.SendAck)
 		})},
 	// A fresh device may send SYNC_INBOX with no body at all.

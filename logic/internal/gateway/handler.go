@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +25,7 @@ import (
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/tracing"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
 
@@ -99,6 +101,14 @@ func (h *Handler) Handle(ctx context.Context, gateID string, req *logicv1.Reques
 	h.init()
 	ctx, cancel := context.WithTimeout(ctx, h.Timeout)
 	defer cancel()
+	if req.TraceParent != "" && tracing.On() {
+		// The gate's span of the frame is the parent; this one ends after
+		// the answer is queued (deferred before finish's).
+		var span trace.Span
+		ctx, span = tracing.Tracer().Start(tracing.WithParent(ctx, req.TraceParent), "logic.send",
+			trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(tracing.AttrUserID.Int64(req.GetSession().GetUserId())))
+		defer span.End()
+	}
 	resp = &logicv1.Response{ConnId: req.ConnId, Command: req.Command, RequestId: req.RequestId, SequenceId: req.SequenceId}
 	var (
 		data []byte

@@ -19,6 +19,7 @@ import (
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/rediskey"
 	"github.com/sparkim/spark/pkg/retry"
+	"github.com/sparkim/spark/pkg/tracing"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
@@ -358,6 +359,9 @@ func (c *committer) commit(ctx context.Context, all []*pending) {
 		if err != nil {
 			out[i].err = errcode.Wrap(errcode.Internal, "", err)
 			continue
+		}
+		if tracing.On() {
+			job.TraceParent = tracing.Parent(p.ctx)
 		}
 		out[i].job = job
 		jobs = append(jobs, job)

@@ -17,6 +17,7 @@ import (
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/queue"
 	"github.com/sparkim/spark/pkg/retry"
+	"github.com/sparkim/spark/pkg/tracing"
 	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
@@ -80,6 +81,9 @@ func (s *Service) enqueue(ctx context.Context, row store.Message, conv conversat
 	job, err := Job(row, conv, flags, time.Now())
 	if err != nil {
 		return errcode.Wrap(errcode.Internal, "", err)
+	}
+	if tracing.On() {
+		job.TraceParent = tracing.Parent(ctx)
 	}
 	return s.enqueueFrom(ctx, row, job, 0, nil, time.Now())
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"time"
 
 	"go.uber.org/zap"
@@ -16,6 +18,7 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/msgid"
 	"github.com/sparkim/spark/pkg/protocol"
+	"github.com/sparkim/spark/pkg/tracing"
 )
 
 // clientIDSkew bounds how far ahead of this server's clock a client msg_id
@@ -114,10 +117,26 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 	}
 
 	s.metrics.SendStage.WithLabelValues(metrics.StageChecks).Observe(time.Since(began).Seconds())
-	row, replayed, err := s.committer.send(ctx, &pending{
-		ctx: ctx, nm: newMessage(from, conv, &req, content),
+	sendCtx := ctx
+	var span trace.Span
+	if tracing.On() {
+		// The group commit's batch (MySQL, then XADD to the deliver
+		// queue) as this send waits for it; the job carries this span
+		// as its parent.
+		sendCtx, span = tracing.Tracer().Start(ctx, "logic.commit_and_enqueue")
+	}
+	row, replayed, err := s.committer.send(sendCtx, &pending{
+		ctx: sendCtx, nm: newMessage(from, conv, &req, content),
 		msgID: req.MsgID, conv: conv, flags: req.Flags, outcome: make(chan outcome, 1),
 	})
+	if span != nil {
+		if err != nil {
+			span.RecordError(err)
+		} else {
+			span.SetAttributes(tracing.AttrMsgID.Int64(row.ID), attribute.Bool("spark.replayed", replayed))
+		}
+		span.End()
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -98,8 +98,12 @@ type PushRequest struct {
 	// when the connection goes away before (docs/decisions.md 90).
 	NotifyMsgId          int64 `protobuf:"varint,4,opt,name=notify_msg_id,json=notifyMsgId,proto3" json:"notify_msg_id,omitempty"`
 	NotifyConversationId int64 `protobuf:"varint,5,opt,name=notify_conversation_id,json=notifyConversationId,proto3" json:"notify_conversation_id,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// trace_parent is the W3C traceparent of deliver's span of the job,
+	// set only when tracing is on (decision 100): the gate's span of the
+	// push is its child.
+	TraceParent   string `protobuf:"bytes,6,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PushRequest) Reset() {
@@ -165,6 +169,13 @@ func (x *PushRequest) GetNotifyConversationId() int64 {
 		return x.NotifyConversationId
 	}
 	return 0
+}
+
+func (x *PushRequest) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 type PushReply struct {
@@ -754,13 +765,14 @@ const file_gate_v1_push_proto_rawDesc = "" +
 	"\x06Target\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12\x17\n" +
 	"\auser_id\x18\x02 \x01(\x03R\x06userId\x12\x1b\n" +
-	"\tdevice_id\x18\x03 \x01(\tR\bdeviceId\"\xc0\x01\n" +
+	"\tdevice_id\x18\x03 \x01(\tR\bdeviceId\"\xe3\x01\n" +
 	"\vPushRequest\x12)\n" +
 	"\atargets\x18\x01 \x03(\v2\x0f.gate.v1.TargetR\atargets\x12\x18\n" +
 	"\acommand\x18\x02 \x01(\rR\acommand\x12\x12\n" +
 	"\x04body\x18\x03 \x01(\fR\x04body\x12\"\n" +
 	"\rnotify_msg_id\x18\x04 \x01(\x03R\vnotifyMsgId\x124\n" +
-	"\x16notify_conversation_id\x18\x05 \x01(\x03R\x14notifyConversationId\"\x7f\n" +
+	"\x16notify_conversation_id\x18\x05 \x01(\x03R\x14notifyConversationId\x12!\n" +
+	"\ftrace_parent\x18\x06 \x01(\tR\vtraceParent\"\x7f\n" +
 	"\tPushReply\x12\x1c\n" +
 	"\tdelivered\x18\x01 \x01(\rR\tdelivered\x12)\n" +
 	"\amissing\x18\x02 \x03(\v2\x0f.gate.v1.TargetR\amissing\x12)\n" +

@@ -450,7 +450,10 @@ type Request struct {
 	RequestId  uint64                 `protobuf:"varint,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	SequenceId uint32                 `protobuf:"varint,6,opt,name=sequence_id,json=sequenceId,proto3" json:"sequence_id,omitempty"`
 	// body is the frame body, already inflated when it was gzipped.
-	Body          []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
+	Body []byte `protobuf:"bytes,7,opt,name=body,proto3" json:"body,omitempty"`
+	// trace_parent is the W3C traceparent of the gate's span of this frame,
+	// set only when tracing is on (tracing.enabled; decision 100).
+	TraceParent   string `protobuf:"bytes,8,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -532,6 +535,13 @@ func (x *Request) GetBody() []byte {
 		return x.Body
 	}
 	return nil
+}
+
+func (x *Request) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 // Closed reports that a connection is gone, so logic can drop its route.
@@ -1130,7 +1140,7 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"\agate_id\x18\x01 \x01(\tR\x06gateId\x12\x1b\n" +
 	"\tpush_addr\x18\x02 \x01(\tR\bpushAddr\x12!\n" +
 	"\fclient_addrs\x18\x03 \x03(\tR\vclientAddrs\x12\x18\n" +
-	"\abatches\x18\x04 \x01(\bR\abatches\"\xd6\x01\n" +
+	"\abatches\x18\x04 \x01(\bR\abatches\"\xf9\x01\n" +
 	"\aRequest\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
 	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\x12\x17\n" +
@@ -1140,7 +1150,8 @@ const file_logic_v1_gateway_proto_rawDesc = "" +
 	"request_id\x18\x05 \x01(\x04R\trequestId\x12\x1f\n" +
 	"\vsequence_id\x18\x06 \x01(\rR\n" +
 	"sequenceId\x12\x12\n" +
-	"\x04body\x18\a \x01(\fR\x04body\"\x97\x01\n" +
+	"\x04body\x18\a \x01(\fR\x04body\x12!\n" +
+	"\ftrace_parent\x18\b \x01(\tR\vtraceParent\"\x97\x01\n" +
 	"\x06Closed\x12\x17\n" +
 	"\aconn_id\x18\x01 \x01(\x04R\x06connId\x12+\n" +
 	"\asession\x18\x02 \x01(\v2\x11.logic.v1.SessionR\asession\x12\x16\n" +

@@ -116,6 +116,10 @@ type DeliverJob struct {
 	// a group recall, whose members are too many for the request's
 	// transaction.
 	MailboxEventType int32 `protobuf:"varint,16,opt,name=mailbox_event_type,json=mailboxEventType,proto3" json:"mailbox_event_type,omitempty"`
+	// trace_parent is the W3C traceparent of logic's span of the send, set
+	// only when tracing is on (decision 100): deliver's span of the job is
+	// its child.
+	TraceParent string `protobuf:"bytes,18,opt,name=trace_parent,json=traceParent,proto3" json:"trace_parent,omitempty"`
 	// preview, on a MESSAGE job, is the conversation-list preview as deliver
 	// stores it (dialog.EncodePreview), built by logic, which has the
 	// content at hand, so deliver never parses push_data. Empty on jobs
@@ -265,6 +269,13 @@ func (x *DeliverJob) GetMailboxEventType() int32 {
 		return x.MailboxEventType
 	}
 	return 0
+}
+
+func (x *DeliverJob) GetTraceParent() string {
+	if x != nil {
+		return x.TraceParent
+	}
+	return ""
 }
 
 func (x *DeliverJob) GetPreview() []byte {
@@ -457,7 +468,7 @@ var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xda\x04\n" +
+	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xfd\x04\n" +
 	"\n" +
 	"DeliverJob\x12%\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x11.queue.v1.JobKindR\x04kind\x12\x15\n" +
@@ -478,7 +489,8 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\x0emember_version\x18\r \x01(\x03R\rmemberVersion\x12\x1b\n" +
 	"\tno_unread\x18\x0e \x01(\bR\bnoUnread\x12&\n" +
 	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush\x12,\n" +
-	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType\x12\x18\n" +
+	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType\x12!\n" +
+	"\ftrace_parent\x18\x12 \x01(\tR\vtraceParent\x12\x18\n" +
 	"\apreview\x18\x11 \x01(\fR\apreview\"\xc4\x02\n" +
 	"\aPushJob\x12\x15\n" +
 	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
