@@ -35,6 +35,9 @@ type SendRequest struct {
 	MsgID          jsonid.ID       `json:"msg_id"`
 	MessageType    int             `json:"message_type"`
 	Content        json.RawMessage `json:"content"`
+	// ReplyTo names a message of the same conversation this one replies
+	// to; the server stores its snapshot in content under ReplyKey.
+	ReplyTo jsonid.ID `json:"reply_to,omitempty"`
 }
 
 // SendAck is the data of SEND_ACK.

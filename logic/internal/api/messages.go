@@ -33,7 +33,8 @@ func (s *Server) SendMessage(ctx context.Context, req *logicv1.SendMessageReques
 	ack, err := s.messages.Send(ctx, from, message.SendRequest{
 		To:          message.Target{UserID: req.ToUserId, GroupID: req.GroupId, ConversationID: req.ConversationId},
 		ClientMsgID: req.ClientMsgId, MessageType: int(req.MessageType), Content: json.RawMessage(req.Content),
-		Flags: message.Flags{NoUnread: req.NoUnread, NoOfflinePush: req.NoOfflinePush},
+		ReplyTo: req.ReplyTo,
+		Flags:   message.Flags{NoUnread: req.NoUnread, NoOfflinePush: req.NoOfflinePush},
 	})
 	if err != nil {
 		return nil, s.statusOf("SendMessage", err)

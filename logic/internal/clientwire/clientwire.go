@@ -23,6 +23,7 @@ func SendRequest(w protocol.SendRequest) message.SendRequest {
 	return message.SendRequest{
 		To:          message.Target{UserID: w.ToUserID.Int64(), GroupID: w.GroupID.Int64(), ConversationID: w.ConversationID.Int64()},
 		ClientMsgID: w.ClientMsgID, MsgID: w.MsgID.Int64(), MessageType: w.MessageType, Content: w.Content,
+		ReplyTo: w.ReplyTo.Int64(),
 	}
 }
 

@@ -394,7 +394,36 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (HistoryPage, err
 		}
 		page.Messages = append(page.Messages, m)
 	}
+	if err := s.markRecalledReplies(ctx, cid, page.Messages); err != nil {
+		return HistoryPage{}, err
+	}
 	return page, nil
+}
+
+// markRecalledReplies reduces the snapshot of each reply whose original
+// has since been recalled or deleted for everyone to its id and
+// "recalled", so the quoted text goes with the original. One statement
+// per page, and none for a page without replies.
+func (s *Service) markRecalledReplies(ctx context.Context, cid int64, msgs []Message) error {
+	var origs []int64
+	for _, m := range msgs {
+		if id := protocol.ReplyOf(m.Content); id > 0 {
+			origs = append(origs, id)
+		}
+	}
+	if len(origs) == 0 {
+		return nil
+	}
+	gone, err := s.store.WithdrawnAmong(ctx, cid, origs)
+	if err != nil {
+		return errcode.Unavailable("reply originals", err)
+	}
+	for i := range msgs {
+		if id := protocol.ReplyOf(msgs[i].Content); id > 0 && gone[id] {
+			msgs[i].Content = protocol.RecalledReply(msgs[i].Content, id)
+		}
+	}
+	return nil
 }
 
 // pageBytes counts what a page's lists take against its byte budget. The

@@ -43,6 +43,10 @@ type SendRequest struct {
 	// Content is the message's JSON object as sent; it is validated and
 	// stored in compact form.
 	Content json.RawMessage
+	// ReplyTo is the id of a message of the same conversation this one
+	// replies to (0: none); the server stores a snapshot of it in the
+	// content under protocol.ReplyKey.
+	ReplyTo int64
 	// Flags of business-API sends (the client protocol sets none).
 	Flags Flags
 }
@@ -79,6 +83,12 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 	if err != nil {
 		return nil, err
 	}
+	if req.ReplyTo < 0 {
+		return nil, errcode.New(errcode.InvalidArgument, "reply_to must be a positive id")
+	}
+	if protocol.HasReplyKey(content) {
+		return nil, errcode.New(errcode.InvalidArgument, "content."+protocol.ReplyKey+" is written by the server: name the original in reply_to")
+	}
 
 	conv, err := s.convs.Resolve(ctx, from.UserID, req.To)
 	if err != nil {
@@ -91,6 +101,14 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 		// The batch looks its sends up together; a refused send looks
 		// itself up here, so only refusals pay a statement of their own.
 		if conv.ID != 0 {
+			if req.ReplyTo != 0 {
+				// A retry carries the snapshot its first send stored.
+				if snap, serr := s.replySnapshot(ctx, conv.ID, req.ReplyTo); serr == nil {
+					if c, werr := protocol.WithReply(content, snap); werr == nil {
+						content = c
+					}
+				}
+			}
 			row, found, rerr := s.committer.replay(ctx, newMessage(from, conv, &req, content), conv, req.Flags)
 			if rerr != nil {
 				return nil, rerr
@@ -102,12 +120,34 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 		return nil, err
 	}
 	conv = opened
+	var snap []byte
+	if req.ReplyTo != 0 {
+		if snap, err = s.replySnapshot(ctx, conv.ID, req.ReplyTo); err != nil {
+			// The retry of a reply committed before its original was
+			// recalled still gets its SEND_ACK.
+			if row, ferr := s.store.FindByClientMsgID(ctx, from.UserID, conv.ID, req.ClientMsgID); ferr == nil &&
+				row.MessageType == req.MessageType && protocol.ReplyOf(row.Content) == req.ReplyTo {
+				return ackOf(row), nil
+			}
+			return nil, err
+		}
+		if content, err = s.addReply(&req, content, snap); err != nil {
+			return nil, err
+		}
+	}
 	if kind, ok := s.hookKind(from, conv); ok {
 		checked, ack, err := s.beforeSend(ctx, kind, from, conv, &req, content)
 		if err != nil || ack != nil {
 			return ack, err
 		}
 		content = checked
+		if snap != nil {
+			// A hook's rewrite keeps the server's snapshot, whatever it
+			// made of the key.
+			if content, err = s.addReply(&req, content, snap); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// The client's msg_id is checked here, outside every lock (its lease
 	// check may ask Redis); under the row lock only "above last_msg_id"

@@ -209,6 +209,24 @@ func (s *Store) GetMessage(ctx context.Context, msgID, conversationID int64) (Me
 	return m, err
 }
 
+// WithdrawnAmong reports which of ids, messages of conversation cid, are
+// recalled or deleted for everyone (the originals of a page's replies).
+func (s *Store) WithdrawnAmong(ctx context.Context, cid int64, ids []int64) (map[int64]bool, error) {
+	q, args, err := sqlx.In("SELECT id FROM t_messages WHERE conversation_id = ? AND id IN (?) AND status <> ?", cid, ids, MessageNormal)
+	if err != nil {
+		return nil, fmt.Errorf("store: withdrawn among: %w", err)
+	}
+	var got []int64
+	if err := s.db.SelectContext(ctx, &got, s.db.Rebind(q), args...); err != nil {
+		return nil, fmt.Errorf("store: withdrawn among: %w", err)
+	}
+	out := make(map[int64]bool, len(got))
+	for _, id := range got {
+		out[id] = true
+	}
+	return out, nil
+}
+
 // MessagesBefore returns up to limit messages of a conversation with id <=
 // upTo, newest first (the preview scan of the cold path).
 func (s *Store) MessagesBefore(ctx context.Context, conversationID, upTo int64, limit int) ([]Message, error) {

@@ -2144,6 +2144,9 @@ type SendMessageRequest struct {
 	NoUnread bool `protobuf:"varint,9,opt,name=no_unread,json=noUnread,proto3" json:"no_unread,omitempty"`
 	// no_offline_push: offline devices get no offline notification.
 	NoOfflinePush bool `protobuf:"varint,10,opt,name=no_offline_push,json=noOfflinePush,proto3" json:"no_offline_push,omitempty"`
+	// reply_to is the id of a message of the same conversation this one
+	// replies to; its snapshot is stored in content under "reply_to".
+	ReplyTo       int64 `protobuf:"varint,11,opt,name=reply_to,json=replyTo,proto3" json:"reply_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2246,6 +2249,13 @@ func (x *SendMessageRequest) GetNoOfflinePush() bool {
 		return x.NoOfflinePush
 	}
 	return false
+}
+
+func (x *SendMessageRequest) GetReplyTo() int64 {
+	if x != nil {
+		return x.ReplyTo
+	}
+	return 0
 }
 
 type SendMessageReply struct {
@@ -4602,7 +4612,7 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\amembers\x18\x01 \x03(\v2\x15.logic.v1.GroupMemberR\amembers\x12 \n" +
 	"\fnext_user_id\x18\x02 \x01(\x03R\n" +
 	"nextUserId\x12%\n" +
-	"\x0emember_version\x18\x03 \x01(\x03R\rmemberVersion\"\xd1\x02\n" +
+	"\x0emember_version\x18\x03 \x01(\x03R\rmemberVersion\"\xec\x02\n" +
 	"\x12SendMessageRequest\x12\x1b\n" +
 	"\tsender_id\x18\x01 \x01(\x03R\bsenderId\x12\x16\n" +
 	"\x06system\x18\x02 \x01(\bR\x06system\x12\x1c\n" +
@@ -4615,7 +4625,8 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\acontent\x18\b \x01(\tR\acontent\x12\x1b\n" +
 	"\tno_unread\x18\t \x01(\bR\bnoUnread\x12&\n" +
 	"\x0fno_offline_push\x18\n" +
-	" \x01(\bR\rnoOfflinePush\"\x9c\x01\n" +
+	" \x01(\bR\rnoOfflinePush\x12\x19\n" +
+	"\breply_to\x18\v \x01(\x03R\areplyTo\"\x9c\x01\n" +
 	"\x10SendMessageReply\x12\x15\n" +
 	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12$\n" +
