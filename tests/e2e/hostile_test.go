@@ -15,6 +15,7 @@ import (
 	"github.com/sparkim/spark/client"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/frame"
+	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/tests/framework"
 )
@@ -220,6 +221,62 @@ func TestHostileClients(t *testing.T) {
 		}
 		if err := reader.Err(); err != nil {
 			t.Fatalf("the strict reader's connection broke: %v", err)
+		}
+	})
+
+	attack("replies: forged, foreign and client-written reply_to, a reply over the size rule, a flood of forged ones", func(t *testing.T) {
+		a := strictLogin(t, c, 9421, "re-a")
+		_ = strictLogin(t, c, 9422, "re-b")
+		_ = strictLogin(t, c, 9423, "re-c")
+		orig, err := a.Send(ctx, sendTo(9422, "re-orig", mustText("original")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		foreign, err := a.Send(ctx, sendTo(9423, "re-foreign", mustText("elsewhere")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		reply := func(cmid string, to int64, content string) protocol.SendRequest {
+			r := sendTo(9422, cmid, json.RawMessage(content))
+			r.ReplyTo = jsonid.ID(to)
+			return r
+		}
+		// The largest content that fits alone: its snapshot makes the
+		// reply over the size rule.
+		wrap := func(k int) string { return `{"t":1,"text":"` + strings.Repeat("a", k) + `"}` }
+		k := 0
+		for protocol.MessageFits(len(wrap(k+1024)), len("re-big"), maxFrame) {
+			k += 1024
+		}
+		for protocol.MessageFits(len(wrap(k+1)), len("re-big"), maxFrame) {
+			k++
+		}
+		for _, tc := range []struct {
+			name string
+			req  protocol.SendRequest
+			code errcode.Code
+		}{
+			{"a forged id", reply("re-1", orig.MsgID.Int64()+7777, wrap(1)), errcode.NotFound},
+			{"the largest int64", reply("re-2", 1<<63-1, wrap(1)), errcode.NotFound},
+			{"another conversation's message", reply("re-3", foreign.MsgID.Int64(), wrap(1)), errcode.NotFound},
+			{"a negative id", reply("re-4", -5, wrap(1)), errcode.InvalidArgument},
+			{"a client-written snapshot", reply("re-5", orig.MsgID.Int64(), `{"t":1,"text":"x","reply_to":{"msg_id":"1"}}`), errcode.InvalidArgument},
+			{"the largest content with a snapshot", reply("re-big", orig.MsgID.Int64(), wrap(k)), errcode.TooLarge},
+		} {
+			if _, err := a.Send(ctx, tc.req); !hasCode(err, tc.code) {
+				t.Fatalf("reply to %s: %v, want %s", tc.name, err, tc.code)
+			}
+		}
+		// A flood of forged references within the device's send rate:
+		// each is one indexed lookup, refused, and stores nothing.
+		for i := range 200 {
+			if _, err := a.Send(ctx, reply(fmt.Sprintf("re-flood-%d", i), orig.MsgID.Int64()+int64(i)+1, wrap(1))); !hasCode(err, errcode.NotFound) && !hasCode(err, errcode.RateLimited) {
+				t.Fatalf("forged reply %d: %v", i, err)
+			}
+		}
+		msgs, _, err := a.SyncMessages(ctx, orig.ConversationID.Int64(), 0, 50)
+		if err != nil || len(msgs) != 1 {
+			t.Fatalf("the conversation holds %d messages after the refused replies (%v), want the original only", len(msgs), err)
 		}
 	})
 

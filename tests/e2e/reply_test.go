@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -123,4 +125,21 @@ func TestReplyCarriesTheOriginalsSnapshotLiveAndBySyncAndShowsItRecalled(t *test
 	if err := json.Unmarshal(got.Content, &s); err != nil || s.Reply == nil || !s.Reply.Recalled || s.Reply.Text != "" || s.Reply.MsgID != orig.MsgID.String() {
 		t.Fatalf("synced reply after the recall: %s", got.Content)
 	}
+}
+
+// TestIMCliReplyQuotesTheOriginalInHistory: imcli's /reply sends a reply
+// and /history shows it with its quote.
+func TestIMCliReplyQuotesTheOriginalInHistory(t *testing.T) {
+	t.Parallel()
+	c := framework.NewCluster(t, framework.Options{Gates: 1, Partitions: 2})
+	ctx := ctxT(t, 2*time.Minute)
+	a := c.Login(t, 0, 24201, "a")
+	_ = c.Login(t, 0, 24202, "b-probe")
+	orig, err := a.Send(ctx, sendTo(24202, "cli-orig", text(t, "see you at ten")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := runIMCli(t, ctx, c, 24202, filepath.Join(t.TempDir(), "state.json"),
+		fmt.Sprintf("/reply %d %d fine by me\n/history %d\n", orig.ConversationID, orig.MsgID, orig.ConversationID))
+	inOrder(t, out, fmt.Sprintf("[re #%d 24201: see you at ten] fine by me", orig.MsgID))
 }

@@ -71,6 +71,7 @@ const helpText = `commands:
   /read <conv>            mark a conversation read up to its newest message
   /recall <msg>           recall one of your messages (within the recall window)
   /delete-all <msg>       delete a group message for every member (group owner and admins)
+  /reply <conv> <msg> <text>  reply to a message of a conversation, quoting it
   /sync                   catch up now (also runs after login and every reconnect)
   /friends                your friends and the friend requests waiting for you
   /friend-request <uid> [note]  ask a user to be friends
@@ -641,6 +642,23 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 		}
 		a.runner.NoteEvent(client.EventDelete, mid) // no echo from the mailbox
 		a.printf("deleted #%d for everyone\n", mid)
+	case "/reply":
+		cid, ok := idArg(1, "conv")
+		if !ok {
+			return false
+		}
+		mid, ok := idArg(2, "msg")
+		if !ok {
+			return false
+		}
+		if len(fields) < 4 {
+			a.errorf("usage: /reply <conv> <msg> <text>")
+			return false
+		}
+		if _, err := a.reply(ctx, sess, cid, mid, strings.Join(fields[3:], " ")); err != nil {
+			a.errorf("reply: %v", err)
+			return false
+		}
 	case "/friends":
 		a.friends(ctx, conn)
 	case "/friend-request", "/accept", "/block", "/unblock":
@@ -805,6 +823,17 @@ func (a *app) send(ctx context.Context, sess *client.Session, to int64, text str
 		return protocol.SendAck{}, err
 	}
 	ack, err := sess.Send(ctx, protocol.SendRequest{ToUserID: jsonid.ID(to), MessageType: 1, Content: content})
+	return a.recordSent(ack, err)
+}
+
+// reply sends a text into a conversation as a reply to one of its
+// messages.
+func (a *app) reply(ctx context.Context, sess *client.Session, cid, replyTo int64, text string) (protocol.SendAck, error) {
+	content, err := client.TextContent(text)
+	if err != nil {
+		return protocol.SendAck{}, err
+	}
+	ack, err := sess.Send(ctx, protocol.SendRequest{ConversationID: jsonid.ID(cid), ReplyTo: jsonid.ID(replyTo), MessageType: 1, Content: content})
 	return a.recordSent(ack, err)
 }
 
@@ -1089,9 +1118,21 @@ func messageText(m protocol.Message) string {
 	}
 	if m.MessageType == 1 {
 		var c struct {
-			Text string `json:"text"`
+			Text  string `json:"text"`
+			Reply *struct {
+				MsgID    string `json:"msg_id"`
+				SenderID string `json:"sender_id"`
+				Text     string `json:"text"`
+				Recalled bool   `json:"recalled"`
+			} `json:"reply_to"`
 		}
 		if json.Unmarshal(m.Content, &c) == nil {
+			switch {
+			case c.Reply != nil && c.Reply.Recalled:
+				return fmt.Sprintf("[re #%s: (recalled)] %s", c.Reply.MsgID, c.Text)
+			case c.Reply != nil:
+				return fmt.Sprintf("[re #%s %s: %s] %s", c.Reply.MsgID, c.Reply.SenderID, oneLine(c.Reply.Text, 30), c.Text)
+			}
 			return c.Text
 		}
 	}

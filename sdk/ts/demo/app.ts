@@ -7,7 +7,7 @@
 // device (default: an id kept in this browser), peer (open a chat with this
 // user id), hb (heartbeat period in ms, for tests).
 
-import { SparkClient, type Conversation, type Id, type Message, type MessageSource } from "../src/index.js";
+import { SparkClient, type Conversation, type Id, type Message, type MessageSource, type ReplySnapshot } from "../src/index.js";
 
 const q = new URLSearchParams(location.search);
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
@@ -53,6 +53,8 @@ let open: { cid: Id } | { peer: Id } | null = null;
 /** Messages sent but not acknowledged yet, shown greyed at the end. */
 const pending: { key: number; target: string; text: string; failed?: string }[] = [];
 let pendingKey = 0;
+// The message the next send replies to (a click on a message sets it).
+let replyTo: Id | undefined;
 
 $("me").textContent = `user ${user} · ${client.deviceId}`;
 
@@ -111,7 +113,22 @@ function messageItem(m: Message): HTMLLIElement {
   } else {
     text.textContent = typeof m.content?.text === "string" ? m.content.text : `[message type ${m.message_type}]`;
   }
-  li.append(who, text);
+  const snap = m.status === 2 || m.status === 3 ? undefined : (m.content?.reply_to as ReplySnapshot | undefined);
+  if (snap) {
+    const quote = document.createElement("div");
+    quote.className = "quote";
+    quote.textContent = snap.recalled ? "(recalled)" : `${snap.sender_id}: ${snap.text ?? ""}`;
+    li.append(who, quote, text);
+  } else {
+    li.append(who, text);
+  }
+  if (m.status !== 2 && m.status !== 3) {
+    // Clicking a message makes the next one sent a reply to it.
+    li.addEventListener("click", () => {
+      replyTo = replyTo === m.msg_id ? undefined : m.msg_id;
+      ($("text") as HTMLInputElement).placeholder = replyTo ? `Reply to #${replyTo}` : "Message";
+    });
+  }
   return li;
 }
 
@@ -188,10 +205,13 @@ $("composer").addEventListener("submit", (ev) => {
   input.value = "";
   const target = "cid" in open ? { conversationId: open.cid } : { toUserId: open.peer };
   const p: (typeof pending)[number] = { key: ++pendingKey, target: openKey(), text };
+  const re = "cid" in open ? replyTo : undefined;
+  replyTo = undefined;
+  input.placeholder = "Message";
   pending.push(p);
   renderMessages();
   client
-    .sendText(target, text)
+    .sendText(target, text, { replyTo: re })
     .then((m) => {
       pending.splice(pending.indexOf(p), 1);
       if (open && "peer" in open && open.peer === (target as { toUserId?: Id }).toUserId) open = { cid: m.conversation_id };

@@ -27,6 +27,7 @@ import {
   type Message,
   type PushPreview,
   type PushToken,
+  type ReplySnapshot,
   type SendAck,
   type UpstreamReply,
   type SyncInboxData,
@@ -778,6 +779,14 @@ export class SparkClient {
   }
 
   /** Makes a cached message a tombstone: 2 recalled, 3 deleted for everyone. */
+  /** The snapshot of a message replied to, from the local history. */
+  private localSnapshot(cid: Id, msgId: Id): ReplySnapshot {
+    const o = this.st.messages[cid]?.find((x) => x.msg_id === msgId);
+    if (!o?.content) return { msg_id: msgId };
+    const text = typeof o.content.text === "string" ? [...o.content.text].slice(0, 50).join("") : "";
+    return { msg_id: msgId, message_type: o.message_type, text, sender_id: o.sender_id };
+  }
+
   private applyRecall(cid: Id, msgId: Id, status: 2 | 3 = 2): void {
     const list = this.st.messages[cid];
     const m = list?.find((x) => x.msg_id === msgId);
@@ -786,6 +795,15 @@ export class SparkClient {
       m.status = status;
       delete m.content;
       changed = true;
+    }
+    // Replies quoting it lose the quoted text too, as the server's history
+    // shows them.
+    for (const r of list ?? []) {
+      const snap = r.content?.reply_to as ReplySnapshot | undefined;
+      if (r.content && snap && snap.msg_id === msgId && !snap.recalled) {
+        r.content = { ...r.content, reply_to: { msg_id: msgId, recalled: true } };
+        changed = true;
+      }
     }
     const c = this.st.conversations[cid];
     if (c?.preview && c.preview.msg_id === msgId && !c.preview.recalled) {
@@ -967,9 +985,13 @@ export class SparkClient {
    * connection it tries again with the same client_msg_id, so the server
    * stores it at most once, up to sendAttempts tries with doubling pauses;
    * while the connection is down each try waits for it to come back. Other
-   * codes reject with a CodeError.
+   * codes reject with a CodeError. With opts.replyTo the message replies
+   * to that message of the same conversation: the server stores its
+   * snapshot in the content under "reply_to" (the local copy holds the
+   * original's from the local history, if there, until a sync brings the
+   * server's).
    */
-  async send(target: Target, messageType: number, content: Record<string, unknown>, opts: { clientMsgId?: string; msgId?: Id } = {}): Promise<Message> {
+  async send(target: Target, messageType: number, content: Record<string, unknown>, opts: { clientMsgId?: string; msgId?: Id; replyTo?: Id } = {}): Promise<Message> {
     const clientMsgId = opts.clientMsgId ?? newClientMsgId();
     const body: Record<string, unknown> = { client_msg_id: clientMsgId, message_type: messageType, content };
     let type = 0;
@@ -984,6 +1006,7 @@ export class SparkClient {
       type = this.st.conversations[target.conversationId]?.conversation_type ?? 0;
     }
     if (opts.msgId) body.msg_id = opts.msgId;
+    if (opts.replyTo) body.reply_to = opts.replyTo;
     // Encoded once: every try carries the same bytes, which the server
     // compares with the stored message of the same client_msg_id.
     const json = JSON.stringify(body);
@@ -1001,7 +1024,7 @@ export class SparkClient {
             sender_id: this.o.userId,
             client_msg_id: clientMsgId,
             message_type: messageType,
-            content: content as Message["content"],
+            content: (opts.replyTo ? { ...content, reply_to: this.localSnapshot(idOf(r.data.conversation_id), opts.replyTo) } : content) as Message["content"],
             created_at: r.data.server_time,
             status: 1,
           };
@@ -1051,7 +1074,7 @@ export class SparkClient {
   }
 
   /** Sends a text message ({"t":1,"text":…}). */
-  sendText(target: Target, text: string, opts: { clientMsgId?: string } = {}): Promise<Message> {
+  sendText(target: Target, text: string, opts: { clientMsgId?: string; replyTo?: Id } = {}): Promise<Message> {
     return this.send(target, 1, { t: 1, text }, opts);
   }
 

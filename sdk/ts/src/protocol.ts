@@ -99,6 +99,19 @@ export interface Message {
   status?: number;
 }
 
+/**
+ * What a reply's content carries under "reply_to": the server's snapshot
+ * of the message replied to, reduced to msg_id and recalled once that
+ * message is recalled or deleted for everyone.
+ */
+export interface ReplySnapshot {
+  msg_id: Id;
+  message_type?: number;
+  text?: string;
+  sender_id?: Id;
+  recalled?: boolean;
+}
+
 /** The short form of a conversation's newest message. */
 export interface Preview {
   msg_id: Id;
