@@ -133,6 +133,7 @@ warm-grpcurl:
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzDecode -fuzztime=30s ./pkg/frame
 	$(GO) test -run=^$$ -fuzz=FuzzCanonicalContent -fuzztime=30s ./pkg/protocol
+	$(GO) test -run=^$$ -fuzz=FuzzReplyContent -fuzztime=15s ./pkg/protocol
 	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./pkg/route
 	$(GO) test -run=^$$ -fuzz=FuzzUnmarshal -fuzztime=15s ./pkg/jsonid
 	$(GO) test -run=^$$ -fuzz=FuzzParse -fuzztime=15s ./gate/internal/proxyproto

@@ -1,6 +1,9 @@
 package protocol
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 func TestReplyHelpersSetReadAndReduceTheSnapshot(t *testing.T) {
 	snap := []byte(`{"msg_id":"42","message_type":1,"text":"hi","sender_id":"7"}`)
@@ -38,4 +41,33 @@ func TestReplyHelpersSetReadAndReduceTheSnapshot(t *testing.T) {
 	if _, err := WithReply([]byte(`[1]`), snap); err == nil {
 		t.Fatal("WithReply of a non-object must fail")
 	}
+}
+
+// FuzzReplyContent: whatever content a client or a hook hands in, reading
+// the reply key never panics, and a canonical object with the server's
+// snapshot set is one JSON object whose reply is that snapshot's, and
+// whose recalled form still names it.
+func FuzzReplyContent(f *testing.F) {
+	for _, s := range []string{`{"t":1,"text":"a"}`, `{"t":1,"reply_to":{"msg_id":"9"}}`, `{"reply_to":1}`, `[]`, `{"t":1,"x":{"reply_to":2}}`, `{`, `"reply_to"`} {
+		f.Add([]byte(s))
+	}
+	snap := []byte(`{"msg_id":"42","message_type":1,"text":"hi","sender_id":"7"}`)
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = HasReplyKey(b)
+		_ = ReplyOf(b)
+		c, err := CanonicalContent(1, b)
+		if err != nil {
+			return
+		}
+		out, err := WithReply(c, snap)
+		if err != nil {
+			t.Fatalf("WithReply of canonical %s: %v", c, err)
+		}
+		if !json.Valid(out) || !HasReplyKey(out) || ReplyOf(out) != 42 {
+			t.Fatalf("WithReply(%s) = %s", c, out)
+		}
+		if ReplyOf(RecalledReply(out, 42)) != 42 {
+			t.Fatalf("RecalledReply of %s lost the id", out)
+		}
+	})
 }
