@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
+	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 	"github.com/sparkim/spark/tests/framework"
 )
 
@@ -142,4 +146,67 @@ func TestIMCliReplyQuotesTheOriginalInHistory(t *testing.T) {
 	out := runIMCli(t, ctx, c, 24202, filepath.Join(t.TempDir(), "state.json"),
 		fmt.Sprintf("/reply %d %d fine by me\n/history %d\n", orig.ConversationID, orig.MsgID, orig.ConversationID))
 	inOrder(t, out, fmt.Sprintf("[re #%d 24201: see you at ten] fine by me", orig.MsgID))
+}
+
+// TestAPIReplyInAGroupShowsTheSnapshotThenRecalledInHistory: the business
+// API's SendMessage takes reply_to in a group, GetHistory carries the
+// snapshot, a reference outside the group is NOT_FOUND, and once the
+// original is deleted for everyone the history's snapshot is recalled.
+func TestAPIReplyInAGroupShowsTheSnapshotThenRecalledInHistory(t *testing.T) {
+	t.Parallel()
+	c := framework.NewCluster(t, framework.Options{Gates: 1, Partitions: 2})
+	ctx := ctxT(t, 2*time.Minute)
+	api, actx := apiClient(t, c, ctx)
+	const owner, member = int64(24301), int64(24302)
+	for _, u := range []int64{owner, member} {
+		if _, err := api.UpsertUser(actx, &logicv1.UpsertUserRequest{UserId: u}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g, err := api.CreateGroup(actx, &logicv1.CreateGroupRequest{OwnerId: owner, MemberIds: []int64{member}, Name: "replies"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(from int64, cmid, text string, replyTo int64) (*logicv1.SendMessageReply, error) {
+		return api.SendMessage(actx, &logicv1.SendMessageRequest{SenderId: from, GroupId: g.Group.GroupId, ClientMsgId: cmid,
+			MessageType: 1, Content: `{"t":1,"text":"` + text + `"}`, ReplyTo: replyTo})
+	}
+	orig, err := send(owner, "api-orig", "agenda attached", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := send(member, "api-bad", "x", orig.MsgId+999); status.Code(err) != codes.NotFound {
+		t.Fatalf("API reply to a forged id: %v, want NOT_FOUND", err)
+	}
+	rep, err := send(member, "api-reply", "thanks", orig.MsgId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snapOf := func() replySnap {
+		t.Helper()
+		h, err := api.GetHistory(actx, &logicv1.GetHistoryRequest{UserId: owner, ConversationId: orig.ConversationId, Limit: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range h.Messages {
+			if m.MsgId == rep.MsgId {
+				var s replySnap
+				if err := json.Unmarshal([]byte(m.Content), &s); err != nil || s.Reply == nil {
+					t.Fatalf("history content of the reply %s: %v", m.Content, err)
+				}
+				return s
+			}
+		}
+		t.Fatalf("history lacks the reply #%d", rep.MsgId)
+		return replySnap{}
+	}
+	if s := snapOf(); s.Reply.Text != "agenda attached" || s.Reply.SenderID != "24301" || s.Reply.Recalled {
+		t.Fatalf("history snapshot %+v", *s.Reply)
+	}
+	if _, err := api.DeleteMessageForEveryone(actx, &logicv1.DeleteMessageForEveryoneRequest{MsgId: orig.MsgId}); err != nil {
+		t.Fatal(err)
+	}
+	if s := snapOf(); !s.Reply.Recalled || s.Reply.Text != "" {
+		t.Fatalf("history snapshot after the original's deletion %+v", *s.Reply)
+	}
 }
