@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli client/cmd/imctl
 
-.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl helm
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl helm tidb test-tidb
 
 all: build
 
@@ -98,6 +98,19 @@ e2e-cluster: services test-deps build-failpoints
 	@want=$$(echo '$(E2E_CLUSTER_RUN)' | tr '|' '\n' | wc -l); got=$$($(GO) test -list '$(E2E_CLUSTER_RUN)' ./tests/e2e/ | grep -c '^Test'); \
 	if [ "$$got" != "$$want" ]; then echo "e2e-cluster: E2E_CLUSTER_TESTS names $$want tests, $$got exist (one renamed?)"; exit 1; fi
 	source .run/services.env && SPARK_E2E_REDIS=cluster SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 20m -parallel $(E2E_PARALLEL) -run '$(E2E_CLUSTER_RUN)' ./tests/e2e/
+
+# tidb-server (TiDB v8.5.4) for the TiDB runs, built from deploy/tidb's
+# own module into .run/tools/tidb-server-<version> once (about 6 minutes
+# of both cores on a clean machine; a copy under ~/.cache/spark-tools is
+# reused by later clones).
+tidb:
+	@deploy/tidb/build-tidb.sh >/dev/null
+
+# The store, logic and e2e suites and the chaos run on TiDB's unistore
+# (docs/operations.md "Running on TiDB"): TIDB_E2E_RUN narrows the e2e
+# suite, TIDB_CHAOS=0 leaves out the chaos run.
+test-tidb: services test-deps build-failpoints
+	@deploy/tidb/test-tidb.sh
 
 # The chaos runner (tests/chaos, docs/decisions.md 73, 85, 88): SPARK_CHAOS_DURATION
 # (default 90s, and on until every kind of fault has happened) of mixed

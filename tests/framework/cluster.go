@@ -43,7 +43,8 @@ type Options struct {
 	// certificate.
 	GateTLS *GateTLS
 	// PrivateMySQL gives the cluster its own mariadbd (Cluster.MySQL) in
-	// place of the shared server, so a test can stop, kill and restart it.
+	// place of the shared server, so a test can stop, kill and restart it
+	// (a tidb-server on unistore when SPARK_TEST_TIDB_SERVER is set).
 	PrivateMySQL bool
 	// Unstarted leaves every process unstarted: the test starts them
 	// (Process.Launch, Start) in the order it checks, e.g. gates before
@@ -119,7 +120,7 @@ func NewCluster(t testing.TB, o Options) *Cluster {
 	var redisReady func()
 	c.Redis, redisReady = launchRedis(t)
 	if o.PrivateMySQL {
-		c.MySQL = StartMySQL(t)
+		c.MySQL = StartPrivateServer(t)
 	}
 	c.createDatabase()
 
