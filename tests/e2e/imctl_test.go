@@ -4,14 +4,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +17,6 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/rediskey"
-	"github.com/sparkim/spark/pkg/stdwebhook"
 	"github.com/sparkim/spark/tests/framework"
 )
 
@@ -263,19 +259,6 @@ func TestIMCtlCommands(t *testing.T) {
 	})
 
 	t.Run("queue-lag", func(t *testing.T) {
-		type lagJSON struct {
-			Partitions []struct {
-				Partition        int     `json:"partition"`
-				Length           int64   `json:"length"`
-				Pending          int64   `json:"pending"`
-				OldestAgeSeconds float64 `json:"oldest_age_seconds"`
-			} `json:"partitions"`
-			Sources []struct {
-				Addr  string `json:"addr"`
-				Ready bool   `json:"ready"`
-				Error string `json:"error"`
-			} `json:"sources"`
-		}
 		// A job deliver cannot push stays in its stream, read and not
 		// acknowledged: queue-lag must show it where Redis has it.
 		admin := c.Delivers[0].AdminAddr
@@ -285,41 +268,9 @@ func TestIMCtlCommands(t *testing.T) {
 		if out := runIMCtl(t, ctx, c, "send-system", "41002", "queued"); !strings.HasPrefix(string(out), "MSG_ID ") {
 			t.Fatalf("send-system table:\n%s", out)
 		}
-		rdb := c.Redis.Client()
-		defer func() { _ = rdb.Close() }()
-		// match polls (the gauges are sampled every 5 s) until every
-		// partition's length agrees with XLEN and ok accepts the totals.
 		match := func(what string, ok func(length, pending int64, age float64) bool) {
 			t.Helper()
-			deadline := time.Now().Add(20 * time.Second)
-			for {
-				var lag lagJSON
-				imctlJSON(t, ctx, c, &lag, "queue-lag", "-deliver-admin", admin)
-				if len(lag.Sources) != 1 || !lag.Sources[0].Ready || lag.Sources[0].Error != "" || len(lag.Partitions) != 4 {
-					t.Fatalf("queue-lag: %+v", lag)
-				}
-				agree := true
-				var length, pending int64
-				var age float64
-				for i, p := range lag.Partitions {
-					n, err := rdb.XLen(ctx, rediskey.Deliver(i)).Result()
-					if err != nil {
-						t.Fatal(err)
-					}
-					if p.Partition != i || p.Pending > p.Length || p.OldestAgeSeconds < 0 {
-						t.Fatalf("partition %d: %+v", i, p)
-					}
-					agree = agree && p.Length == n
-					length, pending, age = length+p.Length, pending+p.Pending, max(age, p.OldestAgeSeconds)
-				}
-				if agree && ok(length, pending, age) {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("queue-lag never showed %s: last %+v", what, lag)
-				}
-				time.Sleep(500 * time.Millisecond)
-			}
+			matchQueue(t, ctx, c, []string{"queue-lag", "-deliver-admin", admin}, 4, rediskey.Deliver, what, ok)
 		}
 		match("the stuck job", func(length, pending int64, age float64) bool { return length == 1 && pending == 1 && age > 0 })
 		if err := framework.Failpoint(admin, "deliver/job/beforePush", "off"); err != nil {
@@ -410,24 +361,12 @@ func waitClosed(t *testing.T, conn *client.Conn, name string) {
 // failpoint shows in push-queue where Redis has it, then the empty queue.
 func TestIMCtlShowsWebhookAndPushQueueState(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	secret, err := stdwebhook.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := &pushFakeGateway{t: t, secret: secret, fail: map[string]int{}, tries: map[string]int{}, ok: map[string]int{},
-		tokens: map[string]string{}, wake: make(chan struct{}, 1)}
-	gw.srv = httptest.NewTLSServer(http.HandlerFunc(gw.serve))
-	t.Cleanup(gw.srv.Close)
-	secretFile, caFile := filepath.Join(dir, "gateway.secret"), filepath.Join(dir, "ca.pem")
-	writeFile(t, secretFile, []byte(secret.String()))
-	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: gw.srv.Certificate().Raw}))
+	_, pushEnv := gatewayPush(t, "getui")
 	rcv := newHookReceiver(t, hookSecret)
 	rcv.setStatus(http.StatusServiceUnavailable)
-	c := framework.NewCluster(t, framework.Options{Gates: 1, Env: []string{
-		"IM_PUSH_ENABLED=true", "IM_PUSH_PARTITIONS=2", "IM_PUSH_CLAIM_IDLE=3s", "IM_PUSH_SEND_TIMEOUT=1s", "IM_PUSH_CA_FILE=" + caFile,
-		"IM_PUSH_GATEWAYS=getui=" + gw.srv.URL, "IM_PUSH_GATEWAY_SECRET_FILE=" + secretFile,
-	}, LogicEnv: []string{
+	c := framework.NewCluster(t, framework.Options{Gates: 1, Env: append(pushEnv,
+		"IM_PUSH_PARTITIONS=2", "IM_PUSH_CLAIM_IDLE=3s", "IM_PUSH_SEND_TIMEOUT=1s",
+	), LogicEnv: []string{
 		"IM_LOGIC_WEBHOOK_ENABLED=true", "IM_LOGIC_WEBHOOK_URLS=" + rcv.url(), "IM_LOGIC_WEBHOOK_SECRET=" + hookSecret,
 		"IM_LOGIC_WEBHOOK_ALLOW_PRIVATE_URLS=true", "IM_LOGIC_REQUEST_TIMEOUT=2s", "IM_LOGIC_WEBHOOK_SETTLE=2500ms",
 		"IM_LOGIC_WEBHOOK_POLL_INTERVAL=100ms", "IM_LOGIC_WEBHOOK_RETRY_BASE=200ms", "IM_LOGIC_WEBHOOK_RETRY_MAX_INTERVAL=1s",
@@ -495,49 +434,9 @@ func TestIMCtlShowsWebhookAndPushQueueState(t *testing.T) {
 	})
 
 	t.Run("push-queue", func(t *testing.T) {
-		type lagJSON struct {
-			Partitions []struct {
-				Partition        int     `json:"partition"`
-				Length           int64   `json:"length"`
-				Pending          int64   `json:"pending"`
-				OldestAgeSeconds float64 `json:"oldest_age_seconds"`
-			} `json:"partitions"`
-			Sources []struct {
-				Addr  string `json:"addr"`
-				Ready bool   `json:"ready"`
-				Error string `json:"error"`
-			} `json:"sources"`
-		}
-		rdb := c.Redis.Client()
-		defer func() { _ = rdb.Close() }()
 		match := func(what string, ok func(length, pending int64, age float64) bool) {
 			t.Helper()
-			deadline := time.Now().Add(30 * time.Second)
-			for {
-				var lag lagJSON
-				imctlJSON(t, ctx, c, &lag, "push-queue", "-logic-admin", admin)
-				if len(lag.Sources) != 1 || !lag.Sources[0].Ready || lag.Sources[0].Error != "" || len(lag.Partitions) != 2 {
-					t.Fatalf("push-queue: %+v", lag)
-				}
-				agree := true
-				var length, pending int64
-				var age float64
-				for i, p := range lag.Partitions {
-					n, err := rdb.XLen(ctx, rediskey.Push(i)).Result()
-					if err != nil {
-						t.Fatal(err)
-					}
-					agree = agree && p.Partition == i && p.Length == n
-					length, pending, age = length+p.Length, pending+p.Pending, max(age, p.OldestAgeSeconds)
-				}
-				if agree && ok(length, pending, age) {
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("push-queue never showed %s: last %+v", what, lag)
-				}
-				time.Sleep(500 * time.Millisecond)
-			}
+			matchQueue(t, ctx, c, []string{"push-queue", "-logic-admin", admin}, 2, rediskey.Push, what, ok)
 		}
 		match("the unacknowledged job", func(length, pending int64, age float64) bool { return length == 1 && pending == 1 && age > 0 })
 		if err := framework.Failpoint(admin, "logic/push/beforeAck", "off"); err != nil {
@@ -545,4 +444,59 @@ func TestIMCtlShowsWebhookAndPushQueueState(t *testing.T) {
 		}
 		match("an empty queue", func(length, pending int64, age float64) bool { return length == 0 && pending == 0 && age == 0 })
 	})
+}
+
+// queueJSON is the JSON of imctl queue-lag and push-queue.
+type queueJSON struct {
+	Partitions []struct {
+		Partition        int     `json:"partition"`
+		Length           int64   `json:"length"`
+		Pending          int64   `json:"pending"`
+		OldestAgeSeconds float64 `json:"oldest_age_seconds"`
+	} `json:"partitions"`
+	Sources []struct {
+		Addr  string `json:"addr"`
+		Ready bool   `json:"ready"`
+		Error string `json:"error"`
+	} `json:"sources"`
+}
+
+// matchQueue runs an imctl queue command (args) until, within 30 s (the
+// gauges are sampled every 5 s), its one source is ready, it lists the
+// partitions, each one's length agrees with its stream's XLEN and ok
+// accepts the totals.
+func matchQueue(t *testing.T, ctx context.Context, c *framework.Cluster, args []string, partitions int, stream func(int) string,
+	what string, ok func(length, pending int64, age float64) bool) {
+	t.Helper()
+	rdb := c.Redis.Client()
+	defer func() { _ = rdb.Close() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var q queueJSON
+		imctlJSON(t, ctx, c, &q, args...)
+		if len(q.Sources) != 1 || !q.Sources[0].Ready || q.Sources[0].Error != "" || len(q.Partitions) != partitions {
+			t.Fatalf("%s: %+v", args[0], q)
+		}
+		agree := true
+		var length, pending int64
+		var age float64
+		for i, p := range q.Partitions {
+			n, err := rdb.XLen(ctx, stream(i)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Partition != i || p.Pending > p.Length || p.OldestAgeSeconds < 0 {
+				t.Fatalf("%s partition %d: %+v", args[0], i, p)
+			}
+			agree = agree && p.Length == n
+			length, pending, age = length+p.Length, pending+p.Pending, max(age, p.OldestAgeSeconds)
+		}
+		if agree && ok(length, pending, age) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never showed %s: last %+v", args[0], what, q)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }

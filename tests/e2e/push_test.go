@@ -588,22 +588,8 @@ func writeFile(t *testing.T, path string, b []byte) {
 // conversation's collapse id; the sender gets none.
 func TestOfflinePushCollapsesAGroupStormToOneNotificationPerDevice(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	secret, err := stdwebhook.NewSecret()
-	if err != nil {
-		t.Fatal(err)
-	}
-	gw := &pushFakeGateway{t: t, secret: secret, fail: map[string]int{}, tries: map[string]int{}, ok: map[string]int{},
-		tokens: map[string]string{}, wake: make(chan struct{}, 1)}
-	gw.srv = httptest.NewTLSServer(http.HandlerFunc(gw.serve))
-	t.Cleanup(gw.srv.Close)
-	secretFile, caFile := filepath.Join(dir, "gateway.secret"), filepath.Join(dir, "ca.pem")
-	writeFile(t, secretFile, []byte(secret.String()))
-	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: gw.srv.Certificate().Raw}))
-	c := framework.NewCluster(t, framework.Options{Gates: 1, Env: []string{
-		"IM_PUSH_ENABLED=true", "IM_PUSH_COLLAPSE_INTERVAL=1h", "IM_PUSH_CA_FILE=" + caFile,
-		"IM_PUSH_GATEWAYS=getui=" + gw.srv.URL, "IM_PUSH_GATEWAY_SECRET_FILE=" + secretFile,
-	}})
+	gw, env := gatewayPush(t, "getui")
+	c := framework.NewCluster(t, framework.Options{Gates: 1, Env: append(env, "IM_PUSH_COLLAPSE_INTERVAL=1h")})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	api, actx := apiClient(t, c, ctx)
@@ -646,4 +632,25 @@ func TestOfflinePushCollapsesAGroupStormToOneNotificationPerDevice(t *testing.T)
 	if got := gw.accepted("gt-3001"); len(got) != 0 {
 		t.Fatalf("the sender was notified of their own messages: %v", got)
 	}
+}
+
+// gatewayPush starts a fake push gateway, and returns it with the
+// environment that makes a cluster's push use it as the gateway name:
+// push on, the gateway's TLS certificate trusted, its secret shared.
+func gatewayPush(t *testing.T, name string) (*pushFakeGateway, []string) {
+	t.Helper()
+	dir := t.TempDir()
+	secret, err := stdwebhook.NewSecret()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw := &pushFakeGateway{t: t, secret: secret, fail: map[string]int{}, tries: map[string]int{}, ok: map[string]int{},
+		tokens: map[string]string{}, wake: make(chan struct{}, 1)}
+	gw.srv = httptest.NewTLSServer(http.HandlerFunc(gw.serve))
+	t.Cleanup(gw.srv.Close)
+	secretFile, caFile := filepath.Join(dir, "gateway.secret"), filepath.Join(dir, "ca.pem")
+	writeFile(t, secretFile, []byte(secret.String()))
+	writeFile(t, caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: gw.srv.Certificate().Raw}))
+	return gw, []string{"IM_PUSH_ENABLED=true", "IM_PUSH_CA_FILE=" + caFile,
+		"IM_PUSH_GATEWAYS=" + name + "=" + gw.srv.URL, "IM_PUSH_GATEWAY_SECRET_FILE=" + secretFile}
 }

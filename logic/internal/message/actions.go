@@ -262,17 +262,27 @@ func (s *Service) groupRecall(ctx context.Context, from Sender, cid, msgID int64
 	return nil
 }
 
+// message reads the message a request names (its conversation too, when
+// given): 40401 when there is none.
+func (s *Service) message(ctx context.Context, req MessageRef) (store.Message, error) {
+	m, err := s.store.GetMessage(ctx, req.MsgID, req.ConversationID)
+	if errors.Is(err, store.ErrNotFound) {
+		return store.Message{}, errcode.New(errcode.NotFound, "message not found")
+	}
+	if err != nil {
+		return store.Message{}, errcode.Unavailable("message", err)
+	}
+	return m, nil
+}
+
 // Delete handles DELETE_MESSAGE (15): delete for me, on all my devices.
 func (s *Service) Delete(ctx context.Context, from Sender, req MessageRef) (*MessageRef, error) {
 	if req.MsgID <= 0 || req.ConversationID < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
 	}
-	m, err := s.store.GetMessage(ctx, req.MsgID, req.ConversationID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, errcode.New(errcode.NotFound, "message not found")
-	}
+	m, err := s.message(ctx, req)
 	if err != nil {
-		return nil, errcode.Unavailable("message", err)
+		return nil, err
 	}
 	if _, err := s.member(ctx, m.ConversationID, from.UserID); err != nil {
 		return nil, err
@@ -319,12 +329,9 @@ func (s *Service) DeleteForEveryone(ctx context.Context, from Sender, req Messag
 	if req.MsgID <= 0 || req.ConversationID < 0 {
 		return nil, errcode.New(errcode.InvalidArgument, "msg_id is required")
 	}
-	m, err := s.store.GetMessage(ctx, req.MsgID, req.ConversationID)
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, errcode.New(errcode.NotFound, "message not found")
-	}
+	m, err := s.message(ctx, req)
 	if err != nil {
-		return nil, errcode.Unavailable("message", err)
+		return nil, err
 	}
 	if from.UserID != 0 {
 		mem, err := s.member(ctx, m.ConversationID, from.UserID)
