@@ -2514,7 +2514,7 @@ type HistoryMessage struct {
 	// content is the JSON object; empty for a recalled message.
 	Content     string `protobuf:"bytes,7,opt,name=content,proto3" json:"content,omitempty"`
 	CreatedAtMs int64  `protobuf:"varint,8,opt,name=created_at_ms,json=createdAtMs,proto3" json:"created_at_ms,omitempty"`
-	// status: 1 normal, 2 recalled.
+	// status: 1 normal, 2 recalled, 3 deleted for everyone.
 	Status        int32 `protobuf:"varint,9,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
