@@ -44,6 +44,11 @@ type Tracing struct {
 	// SampleRatio is the share of sends traced, 0 < ratio ≤ 1; a trace is
 	// sampled where it starts (the gate) and followed everywhere after.
 	SampleRatio float64 `mapstructure:"sample_ratio"`
+	// ServiceName overrides the service.name a process exports under;
+	// empty, each names itself (spark-gate, spark-logic, spark-deliver).
+	// Set it per process (IM_TRACING_SERVICE_NAME in its unit or pod),
+	// since the file is shared, e.g. to tell two regions' gates apart.
+	ServiceName string `mapstructure:"service_name"`
 }
 
 // Validate checks tracing when it is on.

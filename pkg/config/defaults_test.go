@@ -13,6 +13,7 @@ import (
 var zeroByDesign = map[string]bool{
 	"cluster.secret":                true,
 	"tracing.enabled":               true, // off unless a collector is named
+	"tracing.service_name":          true, // empty: each process's own name
 	"gate.push_advertise":           true, // Load makes it gate.push_addr
 	"gate.client_advertise":         true,
 	"gate.proxy_protocol":           true,

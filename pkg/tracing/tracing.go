@@ -36,11 +36,15 @@ const (
 )
 
 // Start installs the tracer provider of c for service (spark-gate,
-// spark-logic, spark-deliver) and returns its shutdown, which flushes what
-// is buffered. With c.Enabled false it does nothing.
+// spark-logic, spark-deliver; c.ServiceName instead when set) and returns
+// its shutdown, which flushes what is buffered. With c.Enabled false it
+// does nothing.
 func Start(ctx context.Context, c config.Tracing, service string) (func(context.Context) error, error) {
 	if !c.Enabled {
 		return func(context.Context) error { return nil }, nil
+	}
+	if c.ServiceName != "" {
+		service = c.ServiceName
 	}
 	exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(c.Endpoint))
 	if err != nil {

@@ -84,7 +84,7 @@ func spanOf(service string, sp *tracepb.Span) otlpSpan {
 // between devices on two gates is one trace whose spans chain gate.send
 // (spark-gate) → logic.send → logic.commit_and_enqueue (spark-logic) →
 // deliver.job (spark-deliver) → gate.push (spark-gate), the msg_id on
-// logic's and deliver's spans. A cluster without tracing exports nothing.
+// logic's and deliver's spans.
 func TestTracingFollowsASendFromGateToLogicToDeliverToTheOtherGate(t *testing.T) {
 	t.Parallel()
 	col := newOTLPCollector(t)
