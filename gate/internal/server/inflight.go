@@ -2,10 +2,11 @@ package server
 
 import (
 	"container/list"
-	"go.opentelemetry.io/otel/trace"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // reqKey pairs a Response with its Request: logic echoes all three.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sparkim/spark/logic/internal/auth"

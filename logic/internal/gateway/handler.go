@@ -3,12 +3,12 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/sparkim/spark/logic/internal/auth"
