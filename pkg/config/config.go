@@ -446,11 +446,14 @@ type RateLimit struct {
 	Enabled bool `mapstructure:"enabled"`
 	// Auth is AUTH; Send SEND_MESSAGE and GENERATE_MSG_ID; Sync
 	// SYNC_INBOX and SYNC_MESSAGES; Edit READ_MESSAGE, RECALL_MESSAGE,
-	// DELETE_MESSAGE, CONVERSATION_SETTINGS, RELATION, GROUP and PUSH_SETTINGS.
-	Auth RateClass `mapstructure:"auth"`
-	Send RateClass `mapstructure:"send"`
-	Sync RateClass `mapstructure:"sync"`
-	Edit RateClass `mapstructure:"edit"`
+	// DELETE_MESSAGE, CONVERSATION_SETTINGS, RELATION, GROUP and PUSH_SETTINGS;
+	// Signal SIGNAL (typing and custom signals: cheap, never stored, but a
+	// flood of them fans out to every online member).
+	Auth   RateClass `mapstructure:"auth"`
+	Send   RateClass `mapstructure:"send"`
+	Sync   RateClass `mapstructure:"sync"`
+	Edit   RateClass `mapstructure:"edit"`
+	Signal RateClass `mapstructure:"signal"`
 	// AuthFailures failed AUTHs (bad, expired, forged or revoked tokens)
 	// from one address within AuthFailureWindow block AUTH from that
 	// address for AuthBlock. Never the user: a valid device on another
@@ -654,6 +657,7 @@ func Default() *Config {
 				Send:              RateClass{DeviceRate: 100, DeviceBurst: 400, IPRate: 5000, IPBurst: 20000},
 				Sync:              RateClass{DeviceRate: 100, DeviceBurst: 1000, IPRate: 2000, IPBurst: 20000},
 				Edit:              RateClass{DeviceRate: 50, DeviceBurst: 500, IPRate: 1000, IPBurst: 10000},
+				Signal:            RateClass{DeviceRate: 5, DeviceBurst: 20, IPRate: 1000, IPBurst: 10000},
 				AuthFailures:      10,
 				AuthFailureWindow: 5 * time.Minute,
 				AuthBlock:         5 * time.Minute,
@@ -1223,7 +1227,7 @@ func validateRateLimit(r RateLimit) error {
 	for _, c := range []struct {
 		name string
 		rc   RateClass
-	}{{"auth", r.Auth}, {"send", r.Send}, {"sync", r.Sync}, {"edit", r.Edit}} {
+	}{{"auth", r.Auth}, {"send", r.Send}, {"sync", r.Sync}, {"edit", r.Edit}, {"signal", r.Signal}} {
 		for _, b := range []struct {
 			scope string
 			rate  float64

@@ -51,10 +51,20 @@ const (
 	// `{"id","duplicate"}` once it is durably queued for the service to
 	// pull or receive as a webhook.
 	CmdUpstream uint16 = 22
+	// CmdSignal (ours, request and push): a transient signal into a
+	// conversation — typing or the application's own — `{"conversation_id",
+	// "kind","payload"?}` (SignalRequest), answered `{"delivered"}` and
+	// pushed as `{"conversation_id","sender_id","device_id","kind",
+	// "payload"?}` (SignalPush) to the other online devices of its members;
+	// never stored (decision 102). 23–31 are reserved for other issue-24
+	// commands, so the numbers have a gap.
+	CmdSignal uint16 = 32
 )
 
-// MaxKnownCommand is the highest command number the server understands.
-const MaxKnownCommand = CmdUpstream
+// MaxKnownCommand is the highest command number the server understands;
+// numbers below it without a Cmd constant are reserved and answered as
+// unknown.
+const MaxKnownCommand = CmdSignal
 
 // Conversation types.
 const (

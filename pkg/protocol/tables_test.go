@@ -47,13 +47,17 @@ func TestTablesMatchGo(t *testing.T) {
 
 	// The parsed Go tables against the compiled ones, so a constant the
 	// parser missed cannot hide an entry.
+	// 1..22 are contiguous; 23–39 are pre-assigned to features that land
+	// one by one, so only those may be missing (reserved).
 	for n := 1; n <= int(MaxKnownCommand); n++ {
-		if _, ok := cmds[strconv.Itoa(n)]; !ok {
+		if _, ok := cmds[strconv.Itoa(n)]; !ok && (n <= int(CmdUpstream) || n == int(MaxKnownCommand)) {
 			t.Errorf("command %d (≤ MaxKnownCommand %d) has no Cmd constant in command.go", n, MaxKnownCommand)
 		}
 	}
-	if len(cmds) != int(MaxKnownCommand) {
-		t.Errorf("command.go has %d Cmd constants, MaxKnownCommand is %d", len(cmds), MaxKnownCommand)
+	for v := range cmds {
+		if n, _ := strconv.Atoi(v); n < 1 || n > int(MaxKnownCommand) {
+			t.Errorf("command.go has Cmd constant %s past MaxKnownCommand %d", v, MaxKnownCommand)
+		}
 	}
 	if len(codes) != len(errcode.All()) {
 		t.Errorf("errcode.go has %d codes, errcode.All() lists %d", len(codes), len(errcode.All()))

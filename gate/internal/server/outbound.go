@@ -19,7 +19,14 @@ const (
 	// kindControl frames (KICK, the last answer before a close) are always
 	// queued: the connection is about to close, so they cannot grow it.
 	kindControl
+	// kindSignal frames (SIGNAL: typing, custom signals) are dropped first:
+	// once a quarter of the push budget waits, so a connection that falls
+	// behind spends what room it has on messages (decision 102).
+	kindSignal
 )
+
+// signalShare is the part of the push budget signals may fill.
+const signalShare = 4
 
 // enqueueResult tells the caller what happened to a frame.
 type enqueueResult uint8
@@ -79,7 +86,8 @@ func (o *Outbound) Enqueue(f outFrame) enqueueResult {
 	}
 	n := len(o.queue)
 	switch {
-	case f.kind == kindPush && n >= o.limit,
+	case f.kind == kindSignal && n >= max(o.limit/signalShare, 1),
+		f.kind == kindPush && n >= o.limit,
 		f.kind == kindResponse && n >= 2*o.limit:
 		o.mu.Unlock()
 		return queueFull

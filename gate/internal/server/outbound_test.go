@@ -103,6 +103,7 @@ func TestOutboundBoundsAndDrops(t *testing.T) {
 	}{
 		{"pushes stop at the limit", kindPush, limit},
 		{"responses get headroom over pushes", kindResponse, 2 * limit},
+		{"signals stop at a quarter of the push limit (at least one)", kindSignal, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

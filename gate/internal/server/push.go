@@ -131,10 +131,14 @@ func (p *pushService) pushItem(ctx context.Context, cmd uint16, req *gatev1.Push
 // MESSAGE that may notify) is remembered until its PUSH_ACK.
 func (s *sessions) push(c *Conn, cmd uint16, body []byte, notifyMsg, notifyConv int64) enqueueResult {
 	seq := c.nextPushSeq()
+	kind := kindPush
+	if cmd == protocol.CmdSignal {
+		kind = kindSignal
+	}
 	res := c.out.Enqueue(outFrame{
 		hdr:  frame.Header{Command: cmd, SequenceID: seq},
 		body: body,
-		kind: kindPush,
+		kind: kind,
 	})
 	switch {
 	case res == queueFull:

@@ -9,6 +9,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
+	"github.com/sparkim/spark/logic/internal/signal"
 	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
@@ -138,7 +139,24 @@ var commands = map[uint32]command{
 			}
 			return protocol.UpstreamReply{ID: jsonid.ID(q.ID), Duplicate: q.Duplicate}, nil
 		})},
+	uint32(protocol.CmdSignal): signalCommand,
 }
+
+// signalCommand answers SIGNAL (32); its own rate class keeps a typing
+// flood from eating the device's send or edit budget.
+var signalCommand = command{class: ratelimit.Signal, limited: true, serve: decoded(invalidIDs, false,
+	func(h *Handler, c *call, r protocol.SignalRequest) (any, error) {
+		if h.Signals == nil {
+			return nil, errcode.New(errcode.Internal, "signals are not configured")
+		}
+		s := c.req.Session
+		n, err := h.Signals.Send(c.ctx, signal.Sender{UserID: s.UserId, DeviceID: s.DeviceId},
+			signal.Request{ConversationID: int64(r.ConversationID), Kind: r.Kind, Payload: r.Payload})
+		if err != nil {
+			return nil, err
+		}
+		return protocol.SignalReply{Delivered: n}, nil
+	})}
 
 // The 40001 messages of a body that does not decode.
 const (

@@ -21,6 +21,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/ratelimit"
 	"github.com/sparkim/spark/logic/internal/relation"
+	"github.com/sparkim/spark/logic/internal/signal"
 	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/pkg/envelope"
 	"github.com/sparkim/spark/pkg/errcode"
@@ -53,6 +54,8 @@ type Handler struct {
 	// Upstream queues UPSTREAM (22) frames for business services (nil
 	// answers it 50001).
 	Upstream *upstream.Service
+	// Signals answers SIGNAL (32) (nil answers it 50001).
+	Signals *signal.Service
 	// Notifier is told about every RELATION and GROUP change that Changed
 	// something (notify.After*, as the business API does); nil leaves the
 	// changes to sync.

@@ -395,3 +395,43 @@ func mapKeys[V any](m map[string]V) []string {
 	slices.Sort(out)
 	return out
 }
+
+// PushSignal sends data (a SIGNAL push's data) as a SIGNAL (32) push to
+// the online devices of the users except the sending device, and returns
+// how many connections it was queued for. The gates drop a signal before
+// any other push when a connection falls behind (decision 102); a gate that
+// fails is skipped, since a lost signal is harmless.
+func (s *Service) PushSignal(ctx context.Context, uids []int64, exceptUser int64, exceptDevice string, data []byte) (int, error) {
+	if len(uids) == 0 {
+		return 0, nil
+	}
+	devs, err := s.devices(ctx, uids)
+	if err != nil {
+		return 0, err
+	}
+	devs[exceptUser] = slices.DeleteFunc(devs[exceptUser], func(d Device) bool { return d.DeviceID == exceptDevice })
+	targets := byGate(devs)
+	body := envelope.OK(s.ids.Next(), data)
+	var (
+		mu        sync.Mutex
+		delivered int
+	)
+	s.eachGate(ctx, mapKeys(targets), func(ctx context.Context, g string) error {
+		c, err := s.client(ctx, g)
+		if errors.Is(err, gatepush.ErrUnknownGate) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		rep, err := c.Push(ctx, &gatev1.PushRequest{Targets: targets[g], Command: uint32(protocol.CmdSignal), Body: body})
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		delivered += int(rep.GetDelivered())
+		mu.Unlock()
+		return nil
+	})
+	return delivered, nil
+}

@@ -51,14 +51,16 @@ const (
 	// CONVERSATION_SETTINGS, RELATION and GROUP: the other commands that
 	// reach MySQL.
 	Edit
+	// Signal is SIGNAL: transient, but fanned out to online members.
+	Signal
 	// NumClasses is the number of classes.
 	NumClasses
 )
 
-var classNames = [NumClasses]string{"auth", "send", "sync", "edit"}
+var classNames = [NumClasses]string{"auth", "send", "sync", "edit", "signal"}
 
 // what names a class's requests in 42901 messages.
-var what = [NumClasses]string{"logins", "messages", "sync requests", "requests"}
+var what = [NumClasses]string{"logins", "messages", "sync requests", "requests", "signals"}
 
 // String returns the class's name as in logic.rate_limit and the keys.
 func (c Class) String() string {
@@ -120,7 +122,7 @@ func FromConfig(r config.RateLimit) Config {
 	if !r.Enabled {
 		return c
 	}
-	for cl, rc := range map[Class]config.RateClass{Auth: r.Auth, Send: r.Send, Sync: r.Sync, Edit: r.Edit} {
+	for cl, rc := range map[Class]config.RateClass{Auth: r.Auth, Send: r.Send, Sync: r.Sync, Edit: r.Edit, Signal: r.Signal} {
 		c.Classes[cl] = Limits{Device: Bucket{rc.DeviceRate, rc.DeviceBurst}, IP: Bucket{rc.IPRate, rc.IPBurst}}
 	}
 	c.AuthFailures, c.AuthFailureWindow, c.AuthBlock = r.AuthFailures, r.AuthFailureWindow, r.AuthBlock

@@ -41,6 +41,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/relation"
 	"github.com/sparkim/spark/logic/internal/routesweep"
 	"github.com/sparkim/spark/logic/internal/sendhook"
+	"github.com/sparkim/spark/logic/internal/signal"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/logic/internal/user"
@@ -302,10 +303,12 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	onlineSvc := online.New(rdb, gates, clients, kickTimeout, log)
 	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens, Unacked: unacked, Upstream: upstreams,
-		Limits: limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
+		Signals: signal.New(sendCfg.Conversations, groupSvc, onlineSvc),
+		Limits:  limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
 	}, gates, log)
 	if err != nil {
 		return err
@@ -320,7 +323,6 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)...)
 	logicv1.RegisterGatewayServer(gs, gw)
-	onlineSvc := online.New(rdb, gates, clients, kickTimeout, log)
 	adm.Handle("/gates", api.GatesHandler(onlineSvc))
 	pushPartitions := 0
 	if cfg.Push.Enabled {

@@ -26,6 +26,7 @@ export const Cmd = {
   GROUP: 20,
   PUSH_SETTINGS: 21,
   UPSTREAM: 22,
+  SIGNAL: 32,
 } as const;
 
 /** Error codes (docs/protocol.md §5 says what each means and what a client does). */
