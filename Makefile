@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli client/cmd/imctl
 
-.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl helm tidb test-tidb
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl helm tidb test-tidb weed
 
 all: build
 
@@ -69,6 +69,11 @@ images: test-deps
 # decision 89) and reused after.
 helm:
 	@deploy/helm/build-helm.sh >/dev/null
+
+# SeaweedFS's weed (the real S3 server of the media tests), built from
+# its Go module into .run/tools/weed-<version> once and reused after.
+weed:
+	@deploy/seaweedfs/build-weed.sh >/dev/null
 
 deploy-check: services test-deps build helm
 	source .run/services.env && $(GO) test -count=1 -timeout 5m ./tests/deploy/
@@ -156,6 +161,8 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzParseSecret -fuzztime=15s ./pkg/stdwebhook
 	$(GO) test -run=^$$ -fuzz=FuzzParseRetryAfter -fuzztime=15s ./logic/internal/webhook
 	$(GO) test -run=^$$ -fuzz=FuzzRegistrationValidate -fuzztime=15s ./logic/internal/push
+	$(GO) test -run=^$$ -fuzz=FuzzSniff -fuzztime=15s ./logic/internal/media
+	$(GO) test -run=^$$ -fuzz=FuzzKeyKind -fuzztime=15s ./logic/internal/media
 
 proto:
 	proto/gen.sh

@@ -331,6 +331,64 @@ type Logic struct {
 	// which services exist and how their queue is read
 	// (docs/decisions.md 94).
 	Upstream Upstream `mapstructure:"upstream"`
+	// Media is where uploaded pictures, voice, video and files are kept
+	// and how large each kind may be (docs/decisions.md, "Media
+	// storage").
+	Media Media `mapstructure:"media"`
+}
+
+// Media store kinds (logic.media.store).
+const (
+	// MediaStoreLocal keeps objects in files under logic.media.dir,
+	// served by logic itself on logic.media.local_addr with signed URLs:
+	// nothing to install.
+	MediaStoreLocal = "local"
+	// MediaStoreS3 keeps objects in an S3 bucket; clients upload and
+	// download with presigned URLs straight to and from it.
+	MediaStoreS3 = "s3"
+)
+
+// Media configures logic.media.
+type Media struct {
+	// Store is MediaStoreLocal or MediaStoreS3.
+	Store string `mapstructure:"store"`
+	// Dir is the local store's data directory.
+	Dir string `mapstructure:"dir"`
+	// LocalAddr is the local store's HTTP listener, PublicURL the base
+	// URL clients reach it at (empty: http:// + LocalAddr).
+	LocalAddr string `mapstructure:"local_addr"`
+	PublicURL string `mapstructure:"public_url"`
+	// Secret signs the local store's URLs (empty: a random one per
+	// process, which suits one logic; several share one secret).
+	Secret string `mapstructure:"secret"`
+	// UploadTTL and DownloadTTL are the lifetimes of presigned upload
+	// and download URLs.
+	UploadTTL   time.Duration `mapstructure:"upload_ttl"`
+	DownloadTTL time.Duration `mapstructure:"download_ttl"`
+	// Limits are the largest object of each kind, in bytes.
+	Limits MediaLimits `mapstructure:"limits"`
+	// S3 is the bucket when Store is MediaStoreS3.
+	S3 MediaS3 `mapstructure:"s3"`
+}
+
+// MediaLimits is the size limit of each media kind in bytes.
+type MediaLimits struct {
+	Image  int64 `mapstructure:"image"`
+	Voice  int64 `mapstructure:"voice"`
+	Video  int64 `mapstructure:"video"`
+	File   int64 `mapstructure:"file"`
+	Avatar int64 `mapstructure:"avatar"`
+}
+
+// MediaS3 is an S3 endpoint and bucket.
+type MediaS3 struct {
+	// Endpoint is host:port, without a scheme; Secure selects https.
+	Endpoint  string `mapstructure:"endpoint"`
+	Secure    bool   `mapstructure:"secure"`
+	Region    string `mapstructure:"region"`
+	Bucket    string `mapstructure:"bucket"`
+	AccessKey string `mapstructure:"access_key"`
+	SecretKey string `mapstructure:"secret_key"`
 }
 
 // Upstream configures logic.upstream.
@@ -701,6 +759,12 @@ func Default() *Config {
 				Services: []string{}, MaxBody: 16 << 10,
 				Visibility: 30 * time.Second, MaxWait: 30 * time.Second,
 			},
+			Media: Media{
+				Store: MediaStoreLocal, Dir: ".run/media", LocalAddr: "127.0.0.1:9095", PublicURL: "", Secret: "",
+				UploadTTL: 15 * time.Minute, DownloadTTL: 5 * time.Minute,
+				Limits: MediaLimits{Image: 20 << 20, Voice: 5 << 20, Video: 200 << 20, File: 100 << 20, Avatar: 2 << 20},
+				S3:     MediaS3{Endpoint: "", Secure: false, Region: "us-east-1", Bucket: "", AccessKey: "", SecretKey: ""},
+			},
 		},
 		Deliver: Deliver{
 			ID:        "deliver-1",
@@ -950,7 +1014,7 @@ func (l Logic) Validate() error {
 	if l.SystemUserID < 1 {
 		errs = append(errs, errors.New("config: logic.system_user_id must be a positive user id"))
 	}
-	errs = append(errs, l.validateWebhook(), l.validateUpstream())
+	errs = append(errs, l.validateWebhook(), l.validateUpstream(), l.Media.Validate())
 	errs = positive(errs, intKey{"logic.enqueue_retries", l.EnqueueRetries})
 	errs = positive(errs,
 		durKey{"logic.token_ttl", l.TokenTTL},
@@ -1080,6 +1144,39 @@ func (l Logic) validateUpstream() error {
 			errs = append(errs, fmt.Errorf("config: logic.upstream.services names %q twice", s))
 		}
 		seen[s] = true
+	}
+	return errors.Join(errs...)
+}
+
+// Validate checks logic.media.
+func (m Media) Validate() error {
+	var errs []error
+	errs = positive(errs, durKey{"logic.media.upload_ttl", m.UploadTTL}, durKey{"logic.media.download_ttl", m.DownloadTTL})
+	for _, l := range []struct {
+		key string
+		n   int64
+	}{{"image", m.Limits.Image}, {"voice", m.Limits.Voice}, {"video", m.Limits.Video}, {"file", m.Limits.File}, {"avatar", m.Limits.Avatar}} {
+		if l.n < 1 {
+			errs = append(errs, fmt.Errorf("config: logic.media.limits.%s must be at least 1 byte", l.key))
+		}
+	}
+	switch m.Store {
+	case MediaStoreLocal:
+		if m.Dir == "" || m.LocalAddr == "" {
+			errs = append(errs, errors.New("config: logic.media.dir and logic.media.local_addr must be set for the local media store"))
+		}
+		if m.PublicURL != "" {
+			if u, err := url.Parse(m.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				errs = append(errs, fmt.Errorf("config: logic.media.public_url %q must be an absolute http(s) URL", m.PublicURL))
+			}
+		}
+	case MediaStoreS3:
+		if m.S3.Endpoint == "" || m.S3.Bucket == "" || m.S3.AccessKey == "" || m.S3.SecretKey == "" {
+			errs = append(errs, errors.New("config: logic.media.s3.endpoint, bucket, access_key and secret_key must be set for the s3 media store"))
+		}
+	default:
+		// A typo must not silently keep media on one machine's disk.
+		errs = append(errs, fmt.Errorf("config: logic.media.store is %q; want %q or %q", m.Store, MediaStoreLocal, MediaStoreS3))
 	}
 	return errors.Join(errs...)
 }

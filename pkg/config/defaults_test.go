@@ -14,6 +14,13 @@ var zeroByDesign = map[string]bool{
 	"cluster.secret":                true,
 	"tracing.enabled":               true, // off unless a collector is named
 	"tracing.service_name":          true, // empty: each process's own name
+	"logic.media.public_url":        true, // http:// + local_addr
+	"logic.media.secret":            true, // a random key per process
+	"logic.media.s3.endpoint":       true, // store s3 only
+	"logic.media.s3.secure":         true,
+	"logic.media.s3.bucket":         true,
+	"logic.media.s3.access_key":     true,
+	"logic.media.s3.secret_key":     true,
 	"gate.push_advertise":           true, // Load makes it gate.push_addr
 	"gate.client_advertise":         true,
 	"gate.proxy_protocol":           true,
