@@ -340,7 +340,8 @@ type Logic struct {
 // Media store kinds (logic.media.store).
 const (
 	// MediaStoreLocal keeps objects in files under logic.media.dir,
-	// served by logic itself on logic.media.local_addr with signed URLs:
+	// served by logic itself on its HTTP listener (logic.http_addr, under
+	// /media/) with signed URLs:
 	// nothing to install.
 	MediaStoreLocal = "local"
 	// MediaStoreS3 keeps objects in an S3 bucket; clients upload and
@@ -354,9 +355,9 @@ type Media struct {
 	Store string `mapstructure:"store"`
 	// Dir is the local store's data directory.
 	Dir string `mapstructure:"dir"`
-	// LocalAddr is the local store's HTTP listener, PublicURL the base
-	// URL clients reach it at (empty: http:// + LocalAddr).
-	LocalAddr string `mapstructure:"local_addr"`
+	// PublicURL is the base URL clients reach logic's HTTP listener at,
+	// where the local store serves /media/ (empty: http:// +
+	// logic.http_addr, an unspecified host read as 127.0.0.1).
 	PublicURL string `mapstructure:"public_url"`
 	// Secret signs the local store's URLs (empty: a random one per
 	// process, which suits one logic; several share one secret).
@@ -760,7 +761,7 @@ func Default() *Config {
 				Visibility: 30 * time.Second, MaxWait: 30 * time.Second,
 			},
 			Media: Media{
-				Store: MediaStoreLocal, Dir: ".run/media", LocalAddr: "127.0.0.1:9095", PublicURL: "", Secret: "",
+				Store: MediaStoreLocal, Dir: ".run/media", PublicURL: "", Secret: "",
 				UploadTTL: 15 * time.Minute, DownloadTTL: 5 * time.Minute,
 				Limits: MediaLimits{Image: 20 << 20, Voice: 5 << 20, Video: 200 << 20, File: 100 << 20, Avatar: 2 << 20},
 				S3:     MediaS3{Endpoint: "", Secure: false, Region: "us-east-1", Bucket: "", AccessKey: "", SecretKey: ""},
@@ -1162,8 +1163,8 @@ func (m Media) Validate() error {
 	}
 	switch m.Store {
 	case MediaStoreLocal:
-		if m.Dir == "" || m.LocalAddr == "" {
-			errs = append(errs, errors.New("config: logic.media.dir and logic.media.local_addr must be set for the local media store"))
+		if m.Dir == "" {
+			errs = append(errs, errors.New("config: logic.media.dir must be set for the local media store"))
 		}
 		if m.PublicURL != "" {
 			if u, err := url.Parse(m.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

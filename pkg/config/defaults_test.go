@@ -14,7 +14,7 @@ var zeroByDesign = map[string]bool{
 	"cluster.secret":                true,
 	"tracing.enabled":               true, // off unless a collector is named
 	"tracing.service_name":          true, // empty: each process's own name
-	"logic.media.public_url":        true, // http:// + local_addr
+	"logic.media.public_url":        true, // http:// + logic.http_addr
 	"logic.media.secret":            true, // a random key per process
 	"logic.media.s3.endpoint":       true, // store s3 only
 	"logic.media.s3.secure":         true,

@@ -51,12 +51,17 @@ const (
 	// `{"id","duplicate"}` once it is durably queued for the service to
 	// pull or receive as a webhook.
 	CmdUpstream uint16 = 22
+	// CmdMedia (ours, request): uploads and downloads of pictures, voice,
+	// video and files by presigned URL, `{"op", …}` (MediaRequest; the
+	// MediaOp* ops): upload answers the request to make, complete the
+	// checked object, download a short-lived GET (decision 103).
+	CmdMedia uint16 = 23
 	// CmdSignal (ours, request and push): a transient signal into a
 	// conversation — typing or the application's own — `{"conversation_id",
 	// "kind","payload"?}` (SignalRequest), answered `{"delivered"}` and
 	// pushed as `{"conversation_id","sender_id","device_id","kind",
 	// "payload"?}` (SignalPush) to the other online devices of its members;
-	// never stored (decision 102). 23–31 are reserved for other issue-24
+	// never stored (decision 102). 24–31 are reserved for other issue-24
 	// commands, so the numbers have a gap.
 	CmdSignal uint16 = 32
 )

@@ -15,6 +15,19 @@ const (
 	MaxDeviceIDLen    = 64
 )
 
+// Message types (SEND_MESSAGE's message_type): the content's "t".
+const (
+	MessageText     = 1
+	MessageImage    = 2
+	MessageVoice    = 3
+	MessageVideo    = 4
+	MessageSticker  = 5
+	MessageGIF      = 6
+	MessageFile     = 7
+	MessageLocation = 8
+	MessageSystem   = 9
+)
+
 // Validation errors; callers map them to error codes.
 var (
 	ErrContentTooLarge = errors.New("content over 64 KiB")

@@ -30,6 +30,10 @@ import (
 // parityState is what a parity sequence has created so far, on one side.
 type parityState struct {
 	group, conv, msg, endpoint int64
+	// mediaKey is the key of the uploaded picture, mediaMsg the message
+	// carrying it.
+	mediaKey string
+	mediaMsg int64
 }
 
 // parityStep is one call of the parity sequence: its request, built from
@@ -177,7 +181,7 @@ func (c *canon) id(v int64) int64 {
 	return n
 }
 
-var clusterOwn = map[string]bool{"token": true, "secret": true, "previous_secret": true, "push_addr": true, "client_addrs": true,
+var clusterOwn = map[string]bool{"key": true, "url": true, "token": true, "secret": true, "previous_secret": true, "push_addr": true, "client_addrs": true,
 	"gate_id": true, "version": true, "real_ip": true, "webhook_id": true, "conn_id": true, "failed_gates": true}
 
 func (c *canon) message(m protoreflect.Message) {
@@ -301,6 +305,40 @@ func paritySteps(receiver string) []parityStep {
 		{method: "GetHistory", req: func(s *parityState) proto.Message {
 			return &logicv1.GetHistoryRequest{UserId: a, ConversationId: s.conv, Limit: 10}
 		}},
+		{method: "CreateUpload", req: in(&logicv1.CreateUploadRequest{UserId: a, Kind: "image", Size: int64(len(tinyPNG)), ContentType: "image/png"}),
+			keep: func(s *parityState, r proto.Message) {
+				up := r.(*logicv1.CreateUploadReply)
+				s.mediaKey = up.GetKey()
+				// The bytes go to the store; a failed PUT shows as the
+				// complete step's 40401.
+				req, err := http.NewRequest(up.GetMethod(), up.GetUrl(), strings.NewReader(string(tinyPNG)))
+				if err != nil {
+					return
+				}
+				for k, v := range up.GetHeaders() {
+					req.Header.Set(k, v)
+				}
+				if resp, err := http.DefaultClient.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			}},
+		{method: "CreateUpload", req: in(&logicv1.CreateUploadRequest{UserId: a, Kind: "sticker", Size: 10, ContentType: "image/png"}), code: 40001},
+		{method: "CompleteUpload", req: func(s *parityState) proto.Message {
+			return &logicv1.CompleteUploadRequest{UserId: b, Key: s.mediaKey}
+		}, code: 40401},
+		{method: "CompleteUpload", req: func(s *parityState) proto.Message {
+			return &logicv1.CompleteUploadRequest{UserId: a, Key: s.mediaKey}
+		}},
+		{method: "SendMessage", req: func(s *parityState) proto.Message {
+			return &logicv1.SendMessageRequest{SenderId: a, ToUserId: b, ClientMsgId: "parity-img", MessageType: 2,
+				Content: `{"t":2,"key":"` + s.mediaKey + `","width":1,"height":1}`}
+		}, keep: func(s *parityState, r proto.Message) { s.mediaMsg = r.(*logicv1.SendMessageReply).GetMsgId() }},
+		{method: "GetDownloadUrl", req: func(s *parityState) proto.Message {
+			return &logicv1.GetDownloadUrlRequest{UserId: b, MsgId: s.mediaMsg}
+		}},
+		{method: "GetDownloadUrl", req: func(s *parityState) proto.Message {
+			return &logicv1.GetDownloadUrlRequest{UserId: d, MsgId: s.mediaMsg}
+		}, code: 40301},
 		{method: "TransferGroup", req: func(s *parityState) proto.Message {
 			return &logicv1.TransferGroupRequest{OperatorId: a, GroupId: s.group, NewOwnerId: b}
 		}},

@@ -146,6 +146,17 @@ func TestBadInput(t *testing.T) {
 		{"send to self", protocol.CmdSendMessage, `{"to_user_id":"8005","client_msg_id":"bad-5","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
 		{"unknown recipient", protocol.CmdSendMessage, `{"to_user_id":"999999","client_msg_id":"bad-6","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.Forbidden},
 		{"id that is not a number", protocol.CmdSendMessage, `{"to_user_id":"abc","client_msg_id":"bad-7","message_type":1,"content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
+		{"media without an op", protocol.CmdMedia, `{"kind":"image","size":10,"content_type":"image/png"}`, errcode.InvalidArgument},
+		{"media with an unknown op", protocol.CmdMedia, `{"op":"delete","key":"img/0123456789012345678901"}`, errcode.InvalidArgument},
+		{"media size that is not a number", protocol.CmdMedia, `{"op":"upload","kind":"image","size":"10","content_type":"image/png"}`, errcode.InvalidArgument},
+		{"media size past int64", protocol.CmdMedia, `{"op":"upload","kind":"image","size":99999999999999999999,"content_type":"image/png"}`, errcode.InvalidArgument},
+		{"media size over the kind's limit", protocol.CmdMedia, `{"op":"upload","kind":"video","size":9223372036854775807,"content_type":"video/mp4"}`, errcode.TooLarge},
+		{"media content type with a newline", protocol.CmdMedia, `{"op":"upload","kind":"file","size":10,"content_type":"text/plain\nx: y"}`, errcode.InvalidArgument},
+		{"media key with a path", protocol.CmdMedia, `{"op":"complete","key":"../../etc/passwd"}`, errcode.InvalidArgument},
+		{"media key of nobody", protocol.CmdMedia, `{"op":"complete","key":"img/0123456789012345678901"}`, errcode.NotFound},
+		{"media download of a negative id", protocol.CmdMedia, `{"op":"download","msg_id":"-5"}`, errcode.InvalidArgument},
+		{"media download of a forged id", protocol.CmdMedia, `{"op":"download","msg_id":"123456789"}`, errcode.NotFound},
+		{"image message carrying a URL", protocol.CmdSendMessage, `{"to_user_id":"8002","client_msg_id":"bad-8","message_type":2,"content":{"t":2,"url":"http://evil.example/x.png"}}`, errcode.InvalidArgument},
 	}
 	for _, tt := range requests {
 		t.Run(tt.name, func(t *testing.T) {

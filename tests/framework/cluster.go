@@ -134,10 +134,11 @@ logic:
   redis: %s
   jwt_secret: %s
   api_keys: [%s]
+  media: {dir: "%s"}
 deliver:
   redis: %s
   lease_ttl: 3s
-`, ClusterSecret, o.Partitions, c.MySQLDSN, c.Redis.ConfigYAML(), JWTSecret, APIKey, c.Redis.ConfigYAML())
+`, ClusterSecret, o.Partitions, c.MySQLDSN, c.Redis.ConfigYAML(), JWTSecret, APIKey, filepath.Join(dir, "media"), c.Redis.ConfigYAML())
 	if err := os.WriteFile(c.Config, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -83,6 +83,8 @@ const helpText = `commands:
   /group-leave <gid>      leave a group
   /group-members <gid>    a group's members and roles
   /upstream <service> <body>          send body to a business service (UPSTREAM)
+  /send-file <to_user_id|g<group_id>> <path>  upload a file (an image, voice or video by its type) and send it
+  /download <conv> <msg> [dir]        save a message's picture, voice, video or file into dir (default .)
   /help                   this text
   /quit                   exit (so does end of input)`
 
@@ -733,6 +735,40 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 			return false
 		}
 		a.groupMembers(ctx, conn, gid)
+	case "/send-file":
+		if len(fields) < 3 {
+			a.errorf("usage: /send-file <to_user_id|g<group_id>> <path>")
+			return false
+		}
+		group := strings.HasPrefix(fields[1], "g")
+		id, err := strconv.ParseInt(strings.TrimPrefix(fields[1], "g"), 10, 64)
+		if err != nil || id <= 0 {
+			a.errorf("usage: /send-file <to_user_id|g<group_id>> <path>")
+			return false
+		}
+		_, rest, _ := strings.Cut(line, " ")
+		_, path, _ := strings.Cut(strings.TrimSpace(rest), " ")
+		if err := a.sendFile(ctx, sess, conn, id, group, strings.TrimSpace(path)); err != nil {
+			a.errorf("send-file: %v", err)
+			return false
+		}
+	case "/download":
+		cid, ok := idArg(1, "conv")
+		if !ok {
+			return false
+		}
+		mid, ok := idArg(2, "msg")
+		if !ok {
+			return false
+		}
+		dir := "."
+		if len(fields) > 3 {
+			dir = fields[3]
+		}
+		if err := a.download(ctx, conn, cid, mid, dir); err != nil {
+			a.errorf("download: %v", err)
+			return false
+		}
 	case "/upstream":
 		_, rest, _ := strings.Cut(line, " ")
 		service, body, found := strings.Cut(strings.TrimSpace(rest), " ")

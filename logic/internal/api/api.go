@@ -16,6 +16,7 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/media"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/notify"
 	"github.com/sparkim/spark/logic/internal/online"
@@ -53,6 +54,8 @@ type Services struct {
 	Webhooks *webhook.Service
 	// Upstream hands the devices' UPSTREAM frames to pulling services.
 	Upstream *upstream.Service
+	// Media signs uploads and downloads; nil answers them INTERNAL.
+	Media *media.Service
 }
 
 // Config is what the API needs from logic's configuration.
@@ -80,6 +83,7 @@ type Server struct {
 	push      *push.Tokens
 	hooks     *webhook.Service
 	upstream  *upstream.Service
+	media     *media.Service
 	notifier  Notifier
 	cfg       Config
 	log       *zap.Logger
@@ -94,6 +98,6 @@ func New(svc Services, cfg Config, notifier Notifier, log *zap.Logger) *Server {
 	return &Server{
 		store: svc.Store, users: svc.Users, relations: svc.Relations, groups: svc.Groups,
 		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online, push: svc.Push, hooks: svc.Webhooks, upstream: svc.Upstream,
-		notifier: notifier, cfg: cfg, log: log,
+		media: svc.Media, notifier: notifier, cfg: cfg, log: log,
 	}
 }

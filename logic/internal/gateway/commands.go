@@ -139,6 +139,9 @@ var commands = map[uint32]command{
 			}
 			return protocol.UpstreamReply{ID: jsonid.ID(q.ID), Duplicate: q.Duplicate}, nil
 		})},
+	uint32(protocol.CmdMedia): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
+		return h.mediaCommand(c.ctx, c.req.Session.UserId, c.req.Body)
+	}},
 	uint32(protocol.CmdSignal): signalCommand,
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/clientwire"
 	"github.com/sparkim/spark/logic/internal/group"
 	"github.com/sparkim/spark/logic/internal/inbox"
+	"github.com/sparkim/spark/logic/internal/media"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/notify"
@@ -56,6 +57,8 @@ type Handler struct {
 	Upstream *upstream.Service
 	// Signals answers SIGNAL (32) (nil answers it 50001).
 	Signals *signal.Service
+	// Media answers MEDIA (23) (nil answers it 50001).
+	Media *media.Service
 	// Notifier is told about every RELATION and GROUP change that Changed
 	// something (notify.After*, as the business API does); nil leaves the
 	// changes to sync.

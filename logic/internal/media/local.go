@@ -148,6 +148,17 @@ func (l *Local) Handler() http.Handler {
 }
 
 func (l *Local) serve(w http.ResponseWriter, r *http.Request) {
+	// Any origin: the signature is the credential, not the page that
+	// holds it, and a browser app is served from its own origin.
+	h := w.Header()
+	h.Set("Access-Control-Allow-Origin", "*")
+	if r.Method == http.MethodOptions {
+		h.Set("Access-Control-Allow-Methods", "GET, HEAD, PUT")
+		h.Set("Access-Control-Allow-Headers", "Content-Type")
+		h.Set("Access-Control-Max-Age", "600")
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
 	key := strings.TrimPrefix(r.URL.Path, "/media/")
 	if _, err := KeyKind(key); err != nil {
 		http.Error(w, "no such key", http.StatusNotFound)

@@ -149,6 +149,20 @@ func (s *Service) Send(ctx context.Context, from Sender, req SendRequest) (*Ack,
 			}
 		}
 	}
+	if s.cfg.Media != nil {
+		if err := s.cfg.Media(ctx, from, conv.ID, req.MessageType, content); err != nil {
+			// A retry of a committed send keeps its answer even if its
+			// forwarded original was withdrawn since.
+			row, found, rerr := s.committer.replay(ctx, newMessage(from, conv, &req, content), conv, req.Flags)
+			if rerr != nil {
+				return nil, rerr
+			}
+			if found {
+				return ackOf(row), nil
+			}
+			return nil, err
+		}
+	}
 	// The client's msg_id is checked here, outside every lock (its lease
 	// check may ask Redis); under the row lock only "above last_msg_id"
 	// and the clock are checked again.

@@ -52,6 +52,10 @@ type Config struct {
 	MaxFrameSize int
 	// BeforeSend is the business server's before-send hook; nil: off.
 	BeforeSend *sendhook.Hook
+	// Media checks the media keys a message carries into a conversation
+	// (the media service's CheckMessage); nil leaves media unchecked,
+	// which only tests that send no media may do.
+	Media func(ctx context.Context, from Sender, conversationID int64, messageType int, content []byte) error
 	// Conversations resolves and authorizes send targets; nil means a
 	// resolver whose P2P policy only requires that the recipient exists.
 	Conversations *conversation.Resolver

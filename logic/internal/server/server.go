@@ -32,6 +32,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/internalapi"
 	"github.com/sparkim/spark/logic/internal/lease"
 	"github.com/sparkim/spark/logic/internal/mailbox"
+	"github.com/sparkim/spark/logic/internal/media"
 	"github.com/sparkim/spark/logic/internal/message"
 	"github.com/sparkim/spark/logic/internal/metrics"
 	"github.com/sparkim/spark/logic/internal/notify"
@@ -263,7 +264,15 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	mediaStore, err := media.Open(lc.Media, hln.Addr().String())
+	if err != nil {
+		return err
+	}
+	mediaSvc := media.NewService(st, mediaStore.Storage, lc.Media)
 	sendCfg := message.ConfigFrom(cfg)
+	sendCfg.Media = func(ctx context.Context, from message.Sender, cid int64, messageType int, content []byte) error {
+		return mediaSvc.CheckMessage(ctx, media.Sender{UserID: from.UserID, Trusted: from.API || from.System}, cid, messageType, content)
+	}
 	sendCfg.Conversations = conversation.NewResolver(st, ids.Next, relSvc, groupSvc)
 	if sendCfg.BeforeSend, err = sendhook.New(lc.BeforeSend, log, m); err != nil {
 		return err
@@ -307,8 +316,8 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens, Unacked: unacked, Upstream: upstreams,
-		Signals: signal.New(sendCfg.Conversations, groupSvc, onlineSvc),
-		Limits:  limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
+		Signals: signal.New(sendCfg.Conversations, groupSvc, onlineSvc), Media: mediaSvc,
+		Limits: limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
 	}, gates, log)
 	if err != nil {
 		return err
@@ -335,6 +344,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	logicv1.RegisterApiServer(gs, api.New(api.Services{
 		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
 		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens, Webhooks: hooks, Upstream: upstreams,
+		Media: mediaSvc,
 	}, api.Config{JWTSecret: []byte(lc.JWTSecret), TokenTTL: lc.TokenTTL, SystemUserID: lc.SystemUserID},
 		notifier, log))
 	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))
@@ -382,6 +392,12 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	hh, err := api.NewHTTPHandler(ctx, self)
 	if err != nil {
 		return err
+	}
+	if mediaStore.Handler != nil {
+		mux := http.NewServeMux()
+		mux.Handle("/media/", mediaStore.Handler)
+		mux.Handle("/", hh)
+		hh = mux
 	}
 	hs := &http.Server{Handler: hh, ReadHeaderTimeout: 10 * time.Second, ErrorLog: zap.NewStdLog(log.Named("http"))}
 

@@ -4445,6 +4445,410 @@ func (x *AckUpstreamReply) GetCursorId() int64 {
 	return 0
 }
 
+type CreateUploadRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// kind is "image", "voice", "video", "file" or "avatar".
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	// size is the exact byte count to upload (1 up to the kind's limit).
+	Size int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// content_type is the MIME type the upload will send.
+	ContentType   string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUploadRequest) Reset() {
+	*x = CreateUploadRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUploadRequest) ProtoMessage() {}
+
+func (x *CreateUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUploadRequest.ProtoReflect.Descriptor instead.
+func (*CreateUploadRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *CreateUploadRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *CreateUploadRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *CreateUploadRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *CreateUploadRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+type CreateUploadReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// method, url and headers are the one HTTP request that stores the
+	// object; send every header.
+	Method  string            `protobuf:"bytes,2,opt,name=method,proto3" json:"method,omitempty"`
+	Url     string            `protobuf:"bytes,3,opt,name=url,proto3" json:"url,omitempty"`
+	Headers map[string]string `protobuf:"bytes,4,rep,name=headers,proto3" json:"headers,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// expires_at is when the request stops working, in unix ms.
+	ExpiresAtMs   int64 `protobuf:"varint,5,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUploadReply) Reset() {
+	*x = CreateUploadReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUploadReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUploadReply) ProtoMessage() {}
+
+func (x *CreateUploadReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUploadReply.ProtoReflect.Descriptor instead.
+func (*CreateUploadReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *CreateUploadReply) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *CreateUploadReply) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *CreateUploadReply) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateUploadReply) GetHeaders() map[string]string {
+	if x != nil {
+		return x.Headers
+	}
+	return nil
+}
+
+func (x *CreateUploadReply) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
+type CompleteUploadRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CompleteUploadRequest) Reset() {
+	*x = CompleteUploadRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CompleteUploadRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CompleteUploadRequest) ProtoMessage() {}
+
+func (x *CompleteUploadRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CompleteUploadRequest.ProtoReflect.Descriptor instead.
+func (*CompleteUploadRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *CompleteUploadRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *CompleteUploadRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type MediaObject struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Kind  string                 `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Size  int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// content_type is what the object's first bytes show.
+	ContentType   string `protobuf:"bytes,4,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MediaObject) Reset() {
+	*x = MediaObject{}
+	mi := &file_logic_v1_api_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MediaObject) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MediaObject) ProtoMessage() {}
+
+func (x *MediaObject) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MediaObject.ProtoReflect.Descriptor instead.
+func (*MediaObject) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *MediaObject) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *MediaObject) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *MediaObject) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *MediaObject) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+type GetDownloadUrlRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	// msg_id names a message carrying media; conversation_id (optional)
+	// must then be its conversation.
+	MsgId          int64 `protobuf:"varint,2,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId int64 `protobuf:"varint,3,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// key is one of the message's keys (default its "key"), or with no
+	// msg_id an own upload or an avatar.
+	Key           string `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDownloadUrlRequest) Reset() {
+	*x = GetDownloadUrlRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDownloadUrlRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDownloadUrlRequest) ProtoMessage() {}
+
+func (x *GetDownloadUrlRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDownloadUrlRequest.ProtoReflect.Descriptor instead.
+func (*GetDownloadUrlRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *GetDownloadUrlRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *GetDownloadUrlRequest) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *GetDownloadUrlRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *GetDownloadUrlRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+type GetDownloadUrlReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Url   string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// expires_at is when the URL stops working, in unix ms.
+	ExpiresAtMs   int64 `protobuf:"varint,3,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDownloadUrlReply) Reset() {
+	*x = GetDownloadUrlReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDownloadUrlReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDownloadUrlReply) ProtoMessage() {}
+
+func (x *GetDownloadUrlReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDownloadUrlReply.ProtoReflect.Descriptor instead.
+func (*GetDownloadUrlReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{75}
+}
+
+func (x *GetDownloadUrlReply) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *GetDownloadUrlReply) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *GetDownloadUrlReply) GetExpiresAtMs() int64 {
+	if x != nil {
+		return x.ExpiresAtMs
+	}
+	return 0
+}
+
 var File_logic_v1_api_proto protoreflect.FileDescriptor
 
 const file_logic_v1_api_proto_rawDesc = "" +
@@ -4777,11 +5181,42 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\aservice\x18\x01 \x01(\tR\aservice\x12\x18\n" +
 	"\bup_to_id\x18\x02 \x01(\x03R\x06upToId\"/\n" +
 	"\x10AckUpstreamReply\x12\x1b\n" +
-	"\tcursor_id\x18\x01 \x01(\x03R\bcursorId*N\n" +
+	"\tcursor_id\x18\x01 \x01(\x03R\bcursorId\"y\n" +
+	"\x13CreateUploadRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12!\n" +
+	"\fcontent_type\x18\x04 \x01(\tR\vcontentType\"\xf3\x01\n" +
+	"\x11CreateUploadReply\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x16\n" +
+	"\x06method\x18\x02 \x01(\tR\x06method\x12\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url\x12B\n" +
+	"\aheaders\x18\x04 \x03(\v2(.logic.v1.CreateUploadReply.HeadersEntryR\aheaders\x12\"\n" +
+	"\rexpires_at_ms\x18\x05 \x01(\x03R\vexpiresAtMs\x1a:\n" +
+	"\fHeadersEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
+	"\x15CompleteUploadRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\"j\n" +
+	"\vMediaObject\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12!\n" +
+	"\fcontent_type\x18\x04 \x01(\tR\vcontentType\"\x82\x01\n" +
+	"\x15GetDownloadUrlRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x15\n" +
+	"\x06msg_id\x18\x02 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x03 \x01(\x03R\x0econversationId\x12\x10\n" +
+	"\x03key\x18\x04 \x01(\tR\x03key\"]\n" +
+	"\x13GetDownloadUrlReply\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\"\n" +
+	"\rexpires_at_ms\x18\x03 \x01(\x03R\vexpiresAtMs*N\n" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xe7(\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xd2+\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -4834,6 +5269,9 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x13RotateWebhookSecret\x12$.logic.v1.RotateWebhookSecretRequest\x1a\x19.logic.v1.WebhookEndpoint\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/webhooks/{endpoint_id}/rotate\x12\x88\x01\n" +
 	"\x15ReplayWebhookEndpoint\x12&.logic.v1.ReplayWebhookEndpointRequest\x1a\x19.logic.v1.WebhookEndpoint\",\x82\xd3\xe4\x93\x02&:\x01*\"!/v1/webhooks/{endpoint_id}/replay\x12\x83\x01\n" +
 	"\x13TestWebhookEndpoint\x12\x1c.logic.v1.WebhookEndpointRef\x1a\".logic.v1.TestWebhookEndpointReply\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/webhooks/{endpoint_id}/test\x12r\n" +
+	"\fCreateUpload\x12\x1d.logic.v1.CreateUploadRequest\x1a\x1b.logic.v1.CreateUploadReply\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/users/{user_id}/uploads\x12y\n" +
+	"\x0eCompleteUpload\x12\x1f.logic.v1.CompleteUploadRequest\x1a\x15.logic.v1.MediaObject\"/\x82\xd3\xe4\x93\x02):\x01*\"$/v1/users/{user_id}/uploads:complete\x12z\n" +
+	"\x0eGetDownloadUrl\x12\x1f.logic.v1.GetDownloadUrlRequest\x1a\x1d.logic.v1.GetDownloadUrlReply\"(\x82\xd3\xe4\x93\x02\":\x01*\"\x1d/v1/users/{user_id}/downloads\x12r\n" +
 	"\fPullUpstream\x12\x1d.logic.v1.PullUpstreamRequest\x1a\x1b.logic.v1.PullUpstreamReply\"&\x82\xd3\xe4\x93\x02 :\x01*\"\x1b/v1/upstream/{service}/pull\x12n\n" +
 	"\vAckUpstream\x12\x1c.logic.v1.AckUpstreamRequest\x1a\x1a.logic.v1.AckUpstreamReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/upstream/{service}/ackB1Z/github.com/sparkim/spark/proto/logic/v1;logicv1b\x06proto3"
 
@@ -4850,7 +5288,7 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 77)
 var file_logic_v1_api_proto_goTypes = []any{
 	(GroupRole)(0),                          // 0: logic.v1.GroupRole
 	(*UpsertUserRequest)(nil),               // 1: logic.v1.UpsertUserRequest
@@ -4923,6 +5361,13 @@ var file_logic_v1_api_proto_goTypes = []any{
 	(*PullUpstreamReply)(nil),               // 68: logic.v1.PullUpstreamReply
 	(*AckUpstreamRequest)(nil),              // 69: logic.v1.AckUpstreamRequest
 	(*AckUpstreamReply)(nil),                // 70: logic.v1.AckUpstreamReply
+	(*CreateUploadRequest)(nil),             // 71: logic.v1.CreateUploadRequest
+	(*CreateUploadReply)(nil),               // 72: logic.v1.CreateUploadReply
+	(*CompleteUploadRequest)(nil),           // 73: logic.v1.CompleteUploadRequest
+	(*MediaObject)(nil),                     // 74: logic.v1.MediaObject
+	(*GetDownloadUrlRequest)(nil),           // 75: logic.v1.GetDownloadUrlRequest
+	(*GetDownloadUrlReply)(nil),             // 76: logic.v1.GetDownloadUrlReply
+	nil,                                     // 77: logic.v1.CreateUploadReply.HeadersEntry
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -4937,103 +5382,110 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	51, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
 	59, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
 	67, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
-	1,  // 12: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
-	2,  // 13: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
-	4,  // 14: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
-	6,  // 15: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
-	7,  // 16: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
-	9,  // 17: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
-	11, // 18: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
-	12, // 19: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
-	11, // 20: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
-	11, // 21: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
-	15, // 22: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
-	13, // 23: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
-	13, // 24: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
-	15, // 25: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
-	22, // 26: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
-	24, // 27: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	24, // 28: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	25, // 29: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
-	26, // 30: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
-	27, // 31: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
-	28, // 32: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
-	29, // 33: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
-	23, // 34: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
-	30, // 35: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
-	23, // 36: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
-	31, // 37: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
-	34, // 38: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
-	36, // 39: logic.v1.Api.DeleteMessageForEveryone:input_type -> logic.v1.DeleteMessageForEveryoneRequest
-	38, // 40: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
-	41, // 41: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
-	42, // 42: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
-	44, // 43: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	48, // 44: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
-	50, // 45: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	53, // 46: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
-	54, // 47: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
-	56, // 48: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
-	57, // 49: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
-	58, // 50: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
-	60, // 51: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
-	62, // 52: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	63, // 53: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
-	64, // 54: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
-	62, // 55: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	66, // 56: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
-	69, // 57: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
-	3,  // 58: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 59: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 60: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 61: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 62: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 63: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 64: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 65: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 66: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 67: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 68: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 69: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 70: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 71: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 72: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 73: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 74: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 75: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 76: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 77: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 78: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 79: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 80: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 81: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 82: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 83: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 84: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	37, // 85: logic.v1.Api.DeleteMessageForEveryone:output_type -> logic.v1.DeleteMessageForEveryoneReply
-	40, // 86: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	43, // 87: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	43, // 88: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	47, // 89: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	49, // 90: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
-	52, // 91: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	55, // 92: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
-	55, // 93: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
-	56, // 94: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
-	56, // 95: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
-	59, // 96: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	61, // 97: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
-	59, // 98: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	59, // 99: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
-	59, // 100: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	65, // 101: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
-	68, // 102: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
-	70, // 103: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
-	58, // [58:104] is the sub-list for method output_type
-	12, // [12:58] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	77, // 12: logic.v1.CreateUploadReply.headers:type_name -> logic.v1.CreateUploadReply.HeadersEntry
+	1,  // 13: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
+	2,  // 14: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
+	4,  // 15: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
+	6,  // 16: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
+	7,  // 17: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
+	9,  // 18: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
+	11, // 19: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
+	12, // 20: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
+	11, // 21: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
+	11, // 22: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
+	15, // 23: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
+	13, // 24: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
+	13, // 25: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
+	15, // 26: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
+	22, // 27: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
+	24, // 28: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	24, // 29: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	25, // 30: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
+	26, // 31: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
+	27, // 32: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
+	28, // 33: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
+	29, // 34: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
+	23, // 35: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
+	30, // 36: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
+	23, // 37: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
+	31, // 38: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
+	34, // 39: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
+	36, // 40: logic.v1.Api.DeleteMessageForEveryone:input_type -> logic.v1.DeleteMessageForEveryoneRequest
+	38, // 41: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	41, // 42: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	42, // 43: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	44, // 44: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	48, // 45: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
+	50, // 46: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	53, // 47: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	54, // 48: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	56, // 49: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	57, // 50: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	58, // 51: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
+	60, // 52: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
+	62, // 53: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	63, // 54: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
+	64, // 55: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
+	62, // 56: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	71, // 57: logic.v1.Api.CreateUpload:input_type -> logic.v1.CreateUploadRequest
+	73, // 58: logic.v1.Api.CompleteUpload:input_type -> logic.v1.CompleteUploadRequest
+	75, // 59: logic.v1.Api.GetDownloadUrl:input_type -> logic.v1.GetDownloadUrlRequest
+	66, // 60: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
+	69, // 61: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
+	3,  // 62: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 63: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 64: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 65: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 66: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 67: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 68: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 69: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 70: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 71: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 72: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 73: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 74: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 75: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 76: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 77: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 78: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 79: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 80: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 81: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 82: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 83: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 84: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 85: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 86: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 87: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 88: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	37, // 89: logic.v1.Api.DeleteMessageForEveryone:output_type -> logic.v1.DeleteMessageForEveryoneReply
+	40, // 90: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	43, // 91: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	43, // 92: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	47, // 93: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	49, // 94: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
+	52, // 95: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	55, // 96: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	55, // 97: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	56, // 98: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	56, // 99: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	59, // 100: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	61, // 101: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
+	59, // 102: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	59, // 103: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
+	59, // 104: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	65, // 105: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
+	72, // 106: logic.v1.Api.CreateUpload:output_type -> logic.v1.CreateUploadReply
+	74, // 107: logic.v1.Api.CompleteUpload:output_type -> logic.v1.MediaObject
+	76, // 108: logic.v1.Api.GetDownloadUrl:output_type -> logic.v1.GetDownloadUrlReply
+	68, // 109: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
+	70, // 110: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
+	62, // [62:111] is the sub-list for method output_type
+	13, // [13:62] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_api_proto_init() }
@@ -5049,7 +5501,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   70,
+			NumMessages:   77,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

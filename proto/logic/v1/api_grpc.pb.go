@@ -63,6 +63,9 @@ const (
 	Api_RotateWebhookSecret_FullMethodName      = "/logic.v1.Api/RotateWebhookSecret"
 	Api_ReplayWebhookEndpoint_FullMethodName    = "/logic.v1.Api/ReplayWebhookEndpoint"
 	Api_TestWebhookEndpoint_FullMethodName      = "/logic.v1.Api/TestWebhookEndpoint"
+	Api_CreateUpload_FullMethodName             = "/logic.v1.Api/CreateUpload"
+	Api_CompleteUpload_FullMethodName           = "/logic.v1.Api/CompleteUpload"
+	Api_GetDownloadUrl_FullMethodName           = "/logic.v1.Api/GetDownloadUrl"
 	Api_PullUpstream_FullMethodName             = "/logic.v1.Api/PullUpstream"
 	Api_AckUpstream_FullMethodName              = "/logic.v1.Api/AckUpstream"
 )
@@ -192,6 +195,17 @@ type ApiClient interface {
 	// TestWebhookEndpoint posts one signed webhook.test event now and
 	// reports the endpoint's answer.
 	TestWebhookEndpoint(ctx context.Context, in *WebhookEndpointRef, opts ...grpc.CallOption) (*TestWebhookEndpointReply, error)
+	// CreateUpload hands out an upload for a user, as MEDIA's upload op
+	// does for a device: a key logic chose and the presigned request that
+	// stores exactly size bytes of content_type under it.
+	CreateUpload(ctx context.Context, in *CreateUploadRequest, opts ...grpc.CallOption) (*CreateUploadReply, error)
+	// CompleteUpload checks the object uploaded under key (its size and the
+	// type its bytes show) and makes it usable in that user's messages.
+	CompleteUpload(ctx context.Context, in *CompleteUploadRequest, opts ...grpc.CallOption) (*MediaObject, error)
+	// GetDownloadUrl issues a short-lived GET of a media key of a message
+	// the user can see (a member of its conversation, the message not
+	// withdrawn), or of the user's own upload or any avatar.
+	GetDownloadUrl(ctx context.Context, in *GetDownloadUrlRequest, opts ...grpc.CallOption) (*GetDownloadUrlReply, error)
 	// PullUpstream returns the service's oldest items not yet acknowledged
 	// (UPSTREAM frames, in id order), waiting up to wait_ms for one (a long
 	// poll). Items handed out stay hidden from further pulls for
@@ -650,6 +664,36 @@ func (c *apiClient) TestWebhookEndpoint(ctx context.Context, in *WebhookEndpoint
 	return out, nil
 }
 
+func (c *apiClient) CreateUpload(ctx context.Context, in *CreateUploadRequest, opts ...grpc.CallOption) (*CreateUploadReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateUploadReply)
+	err := c.cc.Invoke(ctx, Api_CreateUpload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) CompleteUpload(ctx context.Context, in *CompleteUploadRequest, opts ...grpc.CallOption) (*MediaObject, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MediaObject)
+	err := c.cc.Invoke(ctx, Api_CompleteUpload_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) GetDownloadUrl(ctx context.Context, in *GetDownloadUrlRequest, opts ...grpc.CallOption) (*GetDownloadUrlReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetDownloadUrlReply)
+	err := c.cc.Invoke(ctx, Api_GetDownloadUrl_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *apiClient) PullUpstream(ctx context.Context, in *PullUpstreamRequest, opts ...grpc.CallOption) (*PullUpstreamReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(PullUpstreamReply)
@@ -795,6 +839,17 @@ type ApiServer interface {
 	// TestWebhookEndpoint posts one signed webhook.test event now and
 	// reports the endpoint's answer.
 	TestWebhookEndpoint(context.Context, *WebhookEndpointRef) (*TestWebhookEndpointReply, error)
+	// CreateUpload hands out an upload for a user, as MEDIA's upload op
+	// does for a device: a key logic chose and the presigned request that
+	// stores exactly size bytes of content_type under it.
+	CreateUpload(context.Context, *CreateUploadRequest) (*CreateUploadReply, error)
+	// CompleteUpload checks the object uploaded under key (its size and the
+	// type its bytes show) and makes it usable in that user's messages.
+	CompleteUpload(context.Context, *CompleteUploadRequest) (*MediaObject, error)
+	// GetDownloadUrl issues a short-lived GET of a media key of a message
+	// the user can see (a member of its conversation, the message not
+	// withdrawn), or of the user's own upload or any avatar.
+	GetDownloadUrl(context.Context, *GetDownloadUrlRequest) (*GetDownloadUrlReply, error)
 	// PullUpstream returns the service's oldest items not yet acknowledged
 	// (UPSTREAM frames, in id order), waiting up to wait_ms for one (a long
 	// poll). Items handed out stay hidden from further pulls for
@@ -944,6 +999,15 @@ func (UnimplementedApiServer) ReplayWebhookEndpoint(context.Context, *ReplayWebh
 }
 func (UnimplementedApiServer) TestWebhookEndpoint(context.Context, *WebhookEndpointRef) (*TestWebhookEndpointReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method TestWebhookEndpoint not implemented")
+}
+func (UnimplementedApiServer) CreateUpload(context.Context, *CreateUploadRequest) (*CreateUploadReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateUpload not implemented")
+}
+func (UnimplementedApiServer) CompleteUpload(context.Context, *CompleteUploadRequest) (*MediaObject, error) {
+	return nil, status.Error(codes.Unimplemented, "method CompleteUpload not implemented")
+}
+func (UnimplementedApiServer) GetDownloadUrl(context.Context, *GetDownloadUrlRequest) (*GetDownloadUrlReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetDownloadUrl not implemented")
 }
 func (UnimplementedApiServer) PullUpstream(context.Context, *PullUpstreamRequest) (*PullUpstreamReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method PullUpstream not implemented")
@@ -1764,6 +1828,60 @@ func _Api_TestWebhookEndpoint_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_CreateUpload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateUploadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).CreateUpload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_CreateUpload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).CreateUpload(ctx, req.(*CreateUploadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_CompleteUpload_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CompleteUploadRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).CompleteUpload(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_CompleteUpload_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).CompleteUpload(ctx, req.(*CompleteUploadRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_GetDownloadUrl_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetDownloadUrlRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).GetDownloadUrl(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_GetDownloadUrl_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).GetDownloadUrl(ctx, req.(*GetDownloadUrlRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Api_PullUpstream_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(PullUpstreamRequest)
 	if err := dec(in); err != nil {
@@ -1982,6 +2100,18 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TestWebhookEndpoint",
 			Handler:    _Api_TestWebhookEndpoint_Handler,
+		},
+		{
+			MethodName: "CreateUpload",
+			Handler:    _Api_CreateUpload_Handler,
+		},
+		{
+			MethodName: "CompleteUpload",
+			Handler:    _Api_CompleteUpload_Handler,
+		},
+		{
+			MethodName: "GetDownloadUrl",
+			Handler:    _Api_GetDownloadUrl_Handler,
 		},
 		{
 			MethodName: "PullUpstream",

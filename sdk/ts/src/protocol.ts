@@ -26,6 +26,7 @@ export const Cmd = {
   GROUP: 20,
   PUSH_SETTINGS: 21,
   UPSTREAM: 22,
+  MEDIA: 23,
   SIGNAL: 32,
 } as const;
 
