@@ -48,8 +48,8 @@ unit: services
 # serial) run this many at a time once the serial ones are done; they
 # mostly wait for processes, so more than the 2 cores (decision 85).
 E2E_PARALLEL ?= 4
-e2e: services test-deps build-failpoints
-	source .run/services.env && SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m -parallel $(E2E_PARALLEL) $$($(GO) list ./tests/... | grep -v /tests/deploy$$)
+e2e: services test-deps build-failpoints weed
+	source .run/services.env && SPARK_WEED_BIN=$$(deploy/seaweedfs/build-weed.sh) SPARK_BIN_DIR=$(CURDIR)/$(BIN)/failpoints $(GO) test -count=1 -timeout 15m -parallel $(E2E_PARALLEL) $$($(GO) list ./tests/... | grep -v /tests/deploy$$)
 
 # The deployment artifacts under deploy/, each exercised (tests/deploy,
 # docs/operations.md "Deploying with systemd", "Containers"):
@@ -135,7 +135,7 @@ chaos: services test-deps build-failpoints
 # their serial tests' bounds need the CPUs to themselves (decisions 85, 88).
 test:
 	$(MAKE) services test-deps
-	$(MAKE) -j4 --output-sync=target vet unit deploy-check build-failpoints warm-grpcurl
+	$(MAKE) -j4 --output-sync=target vet unit deploy-check build-failpoints warm-grpcurl weed
 	$(MAKE) e2e e2e-cluster chaos
 
 # Compiles the grpcurl that tests/e2e/api_docs_test.go pins (its

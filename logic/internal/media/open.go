@@ -1,6 +1,7 @@
 package media
 
 import (
+	"context"
 	"crypto/rand"
 	"fmt"
 	"net"
@@ -15,6 +16,9 @@ import (
 type Opened struct {
 	Storage Storage
 	Handler http.Handler
+	// Check, when not nil, reports whether the store is usable (the S3
+	// bucket exists): logic waits for it at start like for MySQL.
+	Check func(ctx context.Context) error
 }
 
 // Open builds the store of cfg. httpAddr is logic's HTTP listener, the
@@ -48,7 +52,11 @@ func Open(cfg config.Media, httpAddr string) (Opened, error) {
 		}
 		return Opened{Storage: l, Handler: l.Handler()}, nil
 	case config.MediaStoreS3:
-		return Opened{}, fmt.Errorf("media: logic.media.store %q is not available in this build yet", cfg.Store)
+		s, err := NewS3(cfg.S3)
+		if err != nil {
+			return Opened{}, err
+		}
+		return Opened{Storage: s, Check: s.Check}, nil
 	}
 	return Opened{}, fmt.Errorf("media: unknown logic.media.store %q", cfg.Store)
 }

@@ -268,6 +268,11 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	if mediaStore.Check != nil {
+		if err := awaitDep(ctx, log, "media store "+lc.Media.S3.Endpoint+"/"+lc.Media.S3.Bucket, mediaStore.Check); err != nil {
+			return err
+		}
+	}
 	mediaSvc := media.NewService(st, mediaStore.Storage, lc.Media)
 	sendCfg := message.ConfigFrom(cfg)
 	sendCfg.Media = func(ctx context.Context, from message.Sender, cid int64, messageType int, content []byte) error {
