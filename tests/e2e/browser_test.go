@@ -259,6 +259,10 @@ func TestBrowserDemoChatOverWSS(t *testing.T) {
 		A              [][2]string `json:"a"`
 		B              [][2]string `json:"b"`
 		Texts          []string    `json:"texts"`
+		Image          struct {
+			MsgID string `json:"msg_id"`
+			Key   string `json:"key"`
+		} `json:"image"`
 	}
 	b, err := os.ReadFile(filepath.Join(artifacts, "result.json"))
 	if err != nil {
@@ -268,7 +272,7 @@ func TestBrowserDemoChatOverWSS(t *testing.T) {
 		t.Fatalf("result.json: %v", err)
 	}
 	rows, err := c.DB().QueryContext(ctx,
-		"SELECT id, sender_id, client_msg_id, content FROM t_messages WHERE conversation_id = ? ORDER BY id", res.ConversationID)
+		"SELECT id, sender_id, client_msg_id, content FROM t_messages WHERE conversation_id = ? AND message_type = 1 ORDER BY id", res.ConversationID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,6 +314,28 @@ func TestBrowserDemoChatOverWSS(t *testing.T) {
 	}
 	if n != len(res.Texts) || n != len(wantSenders) {
 		t.Fatalf("MySQL has %d messages in conversation %s, the pages showed %d", n, res.ConversationID, len(res.Texts))
+	}
+	// The picture: one image message from alice carrying the key her
+	// page uploaded, completed by her and sniffed as a PNG.
+	var imgSender int64
+	var imgContent []byte
+	if err := c.DB().QueryRowContext(ctx, "SELECT sender_id, content FROM t_messages WHERE conversation_id = ? AND message_type = 2 AND id = ?",
+		res.ConversationID, res.Image.MsgID).Scan(&imgSender, &imgContent); err != nil {
+		t.Fatalf("the picture message %s: %v", res.Image.MsgID, err)
+	}
+	var img struct {
+		Key    string `json:"key"`
+		Width  int    `json:"width"`
+		Height int    `json:"height"`
+	}
+	if err := json.Unmarshal(imgContent, &img); err != nil || imgSender != alice || img.Key != res.Image.Key || img.Width != 48 || img.Height != 48 {
+		t.Errorf("picture message from %d content %s (%v); want alice's key %s, 48x48", imgSender, imgContent, err, res.Image.Key)
+	}
+	var uploader int64
+	var ctype string
+	if err := c.DB().QueryRowContext(ctx, "SELECT uploader_id, content_type FROM t_media WHERE media_key = ? AND completed_at IS NOT NULL",
+		res.Image.Key).Scan(&uploader, &ctype); err != nil || uploader != alice || ctype != "image/png" {
+		t.Errorf("t_media of %s: uploader %d type %q (%v); want alice, image/png, completed", res.Image.Key, uploader, ctype, err)
 	}
 	t.Logf("browser test took %v", time.Since(started).Round(100*time.Millisecond))
 }

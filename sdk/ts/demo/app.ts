@@ -9,6 +9,9 @@
 
 import { SparkClient, type Conversation, type Id, type Message, type MessageSource, type ReplySnapshot } from "../src/index.js";
 
+/** Message type of a picture (docs/protocol.md §7). */
+const IMAGE = 2;
+
 const q = new URLSearchParams(location.search);
 const $ = <T extends HTMLElement>(id: string) => document.getElementById(id) as T;
 
@@ -52,6 +55,8 @@ const demo = { client, log, syncs: 0 };
 let open: { cid: Id } | { peer: Id } | null = null;
 /** Messages sent but not acknowledged yet, shown greyed at the end. */
 const pending: { key: number; target: string; text: string; failed?: string }[] = [];
+/** Download URLs of pictures by msg_id, kept in memory only until they expire. */
+const imageURLs = new Map<Id, { url: string; expires: number }>();
 let pendingKey = 0;
 // The message the next send replies to (a click on a message sets it).
 let replyTo: Id | undefined;
@@ -110,6 +115,16 @@ function messageItem(m: Message): HTMLLIElement {
   if (m.status === 2 || m.status === 3) {
     text.classList.add("recalled");
     text.textContent = m.status === 3 ? "(deleted)" : "(recalled)";
+  } else if (m.message_type === IMAGE && typeof m.content?.key === "string") {
+    const img = document.createElement("img");
+    img.alt = "picture";
+    img.dataset.key = m.content.key;
+    img.addEventListener("load", () => {
+      const ol = $("messages");
+      ol.scrollTop = ol.scrollHeight;
+    });
+    text.append(img);
+    loadImage(img, m);
   } else {
     text.textContent = typeof m.content?.text === "string" ? m.content.text : `[message type ${m.message_type}]`;
   }
@@ -132,12 +147,31 @@ function messageItem(m: Message): HTMLLIElement {
   return li;
 }
 
+/** Points img at a download URL of the picture of m, asking the server for one unless a fresh one is cached. */
+function loadImage(img: HTMLImageElement, m: Message): void {
+  const cached = imageURLs.get(m.msg_id);
+  if (cached && cached.expires - Date.now() > 10_000) {
+    img.src = cached.url;
+    return;
+  }
+  client
+    .downloadUrl(m.conversation_id, m.msg_id)
+    .then((d) => {
+      imageURLs.set(m.msg_id, { url: d.url, expires: d.expires_at });
+      img.src = d.url;
+    })
+    .catch((e: Error) => {
+      img.alt = `picture not available: ${e.message}`;
+    });
+}
+
 function renderMessages(): void {
   const ol = $("messages");
   ol.replaceChildren();
   const enabled = open !== null && client.state !== "kicked" && client.state !== "unauthorized";
   ($("text") as HTMLInputElement).disabled = !enabled;
   ($("send") as HTMLButtonElement).disabled = !enabled;
+  ($("attach") as HTMLButtonElement).disabled = !enabled;
   if (!open) {
     $("title").textContent = "No conversation open";
     return;
@@ -212,6 +246,51 @@ $("composer").addEventListener("submit", (ev) => {
   renderMessages();
   client
     .sendText(target, text, { replyTo: re })
+    .then((m) => {
+      pending.splice(pending.indexOf(p), 1);
+      if (open && "peer" in open && open.peer === (target as { toUserId?: Id }).toUserId) open = { cid: m.conversation_id };
+      renderConversations();
+      renderMessages();
+    })
+    .catch((e: Error) => {
+      p.failed = e.message;
+      renderMessages();
+    });
+});
+
+/** The size of a picture in pixels, or nothing when the browser cannot decode it. */
+async function dimensions(file: Blob): Promise<{ width?: number; height?: number }> {
+  try {
+    const bmp = await createImageBitmap(file);
+    const d = { width: bmp.width, height: bmp.height };
+    bmp.close();
+    return d;
+  } catch {
+    return {};
+  }
+}
+
+$("attach").addEventListener("click", () => ($("file") as HTMLInputElement).click());
+$("file").addEventListener("change", () => {
+  const input = $("file") as HTMLInputElement;
+  const file = input.files?.[0];
+  input.value = "";
+  if (!file || !open) return;
+  const target = "cid" in open ? { conversationId: open.cid } : { toUserId: open.peer };
+  const p: (typeof pending)[number] = { key: ++pendingKey, target: openKey(), text: `[picture] ${file.name} uploading 0%` };
+  pending.push(p);
+  renderMessages();
+  (async () => {
+    const obj = await client.uploadFile("image", file, {
+      onProgress: (sent, total) => {
+        p.text = `[picture] ${file.name} uploading ${Math.floor((100 * sent) / Math.max(total, 1))}%`;
+        renderMessages();
+      },
+    });
+    p.text = `[picture] ${file.name} sending`;
+    renderMessages();
+    return client.send(target, IMAGE, { t: IMAGE, key: obj.key, ...(await dimensions(file)) });
+  })()
     .then((m) => {
       pending.splice(pending.indexOf(p), 1);
       if (open && "peer" in open && open.peer === (target as { toUserId?: Id }).toUserId) open = { cid: m.conversation_id };

@@ -24,6 +24,10 @@ import {
   type Conversation,
   type Id,
   type MailboxEvent,
+  type MediaDownload,
+  type MediaKind,
+  type MediaObject,
+  type MediaUpload,
   type Message,
   type PushPreview,
   type PushToken,
@@ -1136,6 +1140,50 @@ export class SparkClient {
     return { id: idOf(r.data.id), duplicate: r.data.duplicate };
   }
 
+  /**
+   * Asks for an upload of `size` bytes of `contentType` as `kind` (MEDIA
+   * upload): the answer is the one HTTP request that stores it. Most
+   * callers want `uploadFile`.
+   */
+  async requestUpload(kind: MediaKind, size: number, contentType: string): Promise<MediaUpload> {
+    const r = await this.request<MediaUpload>(Cmd.MEDIA, { op: "upload", kind, size, content_type: contentType });
+    return r.data;
+  }
+
+  /** Tells the server the upload of `key` is done (MEDIA complete); it answers the object as stored. */
+  async completeUpload(key: string): Promise<MediaObject> {
+    const r = await this.request<MediaObject>(Cmd.MEDIA, { op: "complete", key });
+    return r.data;
+  }
+
+  /**
+   * Uploads a Blob (a File from an input, a canvas's blob) as `kind`:
+   * asks for the upload, PUTs the bytes straight to the object store with
+   * XMLHttpRequest so `onProgress(sent, total)` sees the upload move, and
+   * completes it. Rejects with a SparkError for the server's refusals and
+   * an Error naming the HTTP status for the store's.
+   */
+  async uploadFile(kind: MediaKind, blob: Blob, opts: { contentType?: string; onProgress?: (sent: number, total: number) => void } = {}): Promise<MediaObject> {
+    const contentType = opts.contentType ?? blob.type;
+    if (!contentType) throw new Error("uploadFile: the blob has no type; pass contentType");
+    const up = await this.requestUpload(kind, blob.size, contentType);
+    await putBlob(up, blob, opts.onProgress);
+    return this.completeUpload(up.key);
+  }
+
+  /**
+   * A short-lived URL of a media key of message `msgId` (its `key` by
+   * default, or `key`, e.g. its `thumb_key`), for a member of its
+   * conversation. The URL is a credential: keep it in memory, and ask
+   * again when it has expired.
+   */
+  async downloadUrl(conversationId: Id, msgId: Id, key?: string): Promise<MediaDownload> {
+    const body: Record<string, unknown> = { op: "download", conversation_id: conversationId, msg_id: msgId };
+    if (key) body.key = key;
+    const r = await this.request<MediaDownload>(Cmd.MEDIA, body);
+    return r.data;
+  }
+
   /** The conversation list: pinned first, then by last activity; hidden ones left out. */
   conversations(): Conversation[] {
     return sortConversations(Object.values(this.st.conversations).filter((c) => !c.hidden)).map((c) => ({ ...c }));
@@ -1156,4 +1204,27 @@ export class SparkClient {
   savedState(): DeviceState {
     return JSON.parse(JSON.stringify(this.st)) as DeviceState;
   }
+}
+
+/**
+ * PUTs a blob with a presigned upload request, reporting progress. The
+ * request carries every header the server signed.
+ */
+function putBlob(up: MediaUpload, blob: Blob, onProgress?: (sent: number, total: number) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open(up.method, up.url);
+    for (const [k, v] of Object.entries(up.headers ?? {})) xhr.setRequestHeader(k, v);
+    if (onProgress) xhr.upload.onprogress = (e) => onProgress(e.loaded, e.lengthComputable ? e.total : blob.size);
+    xhr.onload = () => {
+      if (xhr.status >= 200 && xhr.status < 300) {
+        onProgress?.(blob.size, blob.size);
+        resolve();
+      } else {
+        reject(new Error(`upload refused by the object store: HTTP ${xhr.status} ${xhr.responseText.slice(0, 200)}`));
+      }
+    };
+    xhr.onerror = () => reject(new Error("upload failed: network error"));
+    xhr.send(blob);
+  });
 }

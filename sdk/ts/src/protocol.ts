@@ -71,6 +71,33 @@ export interface UpstreamReply {
   duplicate: boolean;
 }
 
+/** The kinds of media MEDIA uploads (docs/protocol.md §11, "Media"). */
+export type MediaKind = "image" | "voice" | "video" | "file" | "avatar";
+
+/** The answer of MEDIA upload: one HTTP request that stores the object under key until expires_at (ms). */
+export interface MediaUpload {
+  key: string;
+  method: string;
+  url: string;
+  headers: Record<string, string>;
+  expires_at: number;
+}
+
+/** A completed upload as the server checked it: content_type is what its bytes showed. */
+export interface MediaObject {
+  key: string;
+  kind: MediaKind;
+  size: number;
+  content_type: string;
+}
+
+/** The answer of MEDIA download: a GET of key valid until expires_at (ms). */
+export interface MediaDownload {
+  key: string;
+  url: string;
+  expires_at: number;
+}
+
 /** What the user's notifications show. */
 export type PushPreview = "full" | "sender" | "none";
 

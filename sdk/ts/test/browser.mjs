@@ -4,6 +4,9 @@
 // away while the other sends, comes back and catches up by sync without
 // duplicates; a plain reload brings nothing twice; the same device signing
 // in from another tab kicks the first, which stays down (no reconnect loop).
+// Last, A sends a picture from the page's file input: it goes to the object
+// store by presigned PUT (the SDK's progress callback reaches 100 %), and
+// B's page shows it loaded from a download URL only members get.
 // Screenshots go to the artifacts directory; result.json there lists what
 // each page shows, which the Go test checks against MySQL.
 //
@@ -12,6 +15,7 @@
 // Exits non-zero with the reason on the first failed check.
 import assert from "node:assert/strict";
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { deflateSync } from "node:zlib";
 import path from "node:path";
 import { chromium } from "playwright-core";
 
@@ -97,6 +101,39 @@ async function waitTexts(page, texts) {
 }
 
 const eventLog = (page) => page.evaluate(() => window.spark.log);
+
+/** A size×size RGB PNG of a colour gradient, encoded here (zlib and CRC-32, no library). */
+function gradientPNG(size) {
+  const crcTable = Array.from({ length: 256 }, (_, n) => {
+    let c = n;
+    for (let k = 0; k < 8; k++) c = c & 1 ? 0xedb88320 ^ (c >>> 1) : c >>> 1;
+    return c >>> 0;
+  });
+  const crc = (buf) => {
+    let c = 0xffffffff;
+    for (const b of buf) c = crcTable[(c ^ b) & 0xff] ^ (c >>> 8);
+    return (c ^ 0xffffffff) >>> 0;
+  };
+  const chunk = (type, data) => {
+    const head = Buffer.alloc(8);
+    head.writeUInt32BE(data.length, 0);
+    head.write(type, 4, "ascii");
+    const sum = Buffer.alloc(4);
+    sum.writeUInt32BE(crc(Buffer.concat([head.subarray(4), data])), 0);
+    return Buffer.concat([head, data, sum]);
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(size, 0);
+  ihdr.writeUInt32BE(size, 4);
+  ihdr.set([8, 2, 0, 0, 0], 8); // 8-bit RGB
+  const rows = [];
+  for (let y = 0; y < size; y++) {
+    const row = Buffer.alloc(1 + 3 * size); // filter byte 0
+    for (let x = 0; x < size; x++) row.set([(255 * x) / size, (255 * y) / size, 160], 1 + 3 * x);
+    rows.push(row);
+  }
+  return Buffer.concat([Buffer.from("\x89PNG\r\n\x1a\n", "latin1"), chunk("IHDR", ihdr), chunk("IDAT", deflateSync(Buffer.concat(rows))), chunk("IEND", Buffer.alloc(0))]);
+}
 
 try {
   const ctxA = await browser.newContext({ viewport: { width: 900, height: 560 } });
@@ -212,8 +249,44 @@ try {
   await shot(pageB, "05-b-kicked");
   step("same device in a second tab: the first was kicked and stayed down");
 
+  // A picture: the SDK's upload reports progress up to the whole size...
+  const png = gradientPNG(48);
+  const progress = await pageA.evaluate(async (b64) => {
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    const seen = [];
+    const obj = await window.spark.client.uploadFile("image", new Blob([bytes], { type: "image/png" }), {
+      onProgress: (sent, total) => seen.push([sent, total]),
+    });
+    return { obj, seen };
+  }, png.toString("base64"));
+  assert.equal(progress.obj.content_type, "image/png", "the store holds a PNG, as sniffed");
+  assert.equal(progress.obj.size, png.length);
+  assert.deepEqual(progress.seen.at(-1), [png.length, png.length], "upload progress reaches the whole size");
+  // ...and the page sends one from its file input; B's page shows it.
+  await pageA.setInputFiles("#file", { name: "gradient.png", mimeType: "image/png", buffer: png });
+  await pageA.waitForFunction(
+    () => !document.querySelector("#messages li[data-pending]") && document.querySelector("#messages li[data-msg-id] img[data-key]"),
+    null,
+    WAIT,
+  );
+  const sentImage = await pageA.$eval("#messages li[data-msg-id]:last-child", (li) => ({ msg_id: li.dataset.msgId, key: li.querySelector("img").dataset.key }));
+  await pageB2.click(convSel);
+  await pageB2.waitForFunction(
+    (id) => {
+      const img = document.querySelector(`#messages li[data-msg-id="${id}"] img`);
+      return img && img.complete && img.naturalWidth > 0;
+    },
+    sentImage.msg_id,
+    WAIT,
+  );
+  const natural = await pageB2.$eval(`#messages li[data-msg-id="${sentImage.msg_id}"] img`, (img) => [img.naturalWidth, img.naturalHeight]);
+  assert.deepEqual(natural, [48, 48], "B's page shows the 48x48 picture A sent");
+  await shot(pageA, "06-a-picture-sent");
+  await shot(pageB2, "06-b-picture-received");
+  step(`picture ${sentImage.key} sent by A's page, shown on B's`);
+
   assert.deepEqual(pageErrors, [], "no uncaught page errors");
-  const result = { conversation_id: convId, a: aRows, b: bRows, texts: all };
+  const result = { conversation_id: convId, a: aRows, b: bRows, texts: all, image: sentImage };
   writeFileSync(path.join(cfg.artifacts, "result.json"), JSON.stringify(result, null, 2));
   step(`passed; result in ${path.join(cfg.artifacts, "result.json")}`);
 } catch (e) {
