@@ -188,3 +188,44 @@ func TestCompleteChecksSizeAndSniffedType(t *testing.T) {
 		t.Fatal("a refused object was marked completed")
 	}
 }
+
+func TestDownloadOnlyForMembersOfAMessageNotWithdrawn(t *testing.T) {
+	s, rec := newService(t)
+	ctx := context.Background()
+	const alice, bob, carol, conv = 1, 2, 3, 100
+	img := completed(t, s, alice, "image", "image/png", pngBytes)
+	rec.members[[2]int64{conv, alice}], rec.members[[2]int64{conv, bob}] = true, true
+	content := json.RawMessage(fmt.Sprintf(`{"t":2,"key":%q,"thumb_key":%q}`, img, img))
+	for id, status := range map[int64]int{7: store.MessageNormal, 8: 2, 9: 3} {
+		rec.messages[id] = store.Message{ID: id, ConversationID: conv, MessageType: 2, Status: status, Content: content}
+	}
+	rec.messages[10] = store.Message{ID: 10, ConversationID: conv, MessageType: 1, Status: store.MessageNormal, Content: json.RawMessage(`{"t":1,"text":"hi"}`)}
+	for _, tc := range []struct {
+		name string
+		req  DownloadRequest
+		want errcode.Code
+	}{
+		{"a member", DownloadRequest{UserID: bob, MsgID: 7}, errcode.OK},
+		{"a member, the thumbnail", DownloadRequest{UserID: bob, MsgID: 7, Key: img}, errcode.OK},
+		{"a member, with the conversation", DownloadRequest{UserID: bob, MsgID: 7, ConversationID: conv}, errcode.OK},
+		{"the uploader by key", DownloadRequest{UserID: alice, Key: img}, errcode.OK},
+		{"a non-member", DownloadRequest{UserID: carol, MsgID: 7}, errcode.Forbidden},
+		{"another user by key", DownloadRequest{UserID: bob, Key: img}, errcode.NotFound},
+		{"a recalled message", DownloadRequest{UserID: bob, MsgID: 8}, errcode.NotFound},
+		{"a message deleted for everyone", DownloadRequest{UserID: bob, MsgID: 9}, errcode.NotFound},
+		{"a text message", DownloadRequest{UserID: bob, MsgID: 10}, errcode.NotFound},
+		{"the wrong conversation", DownloadRequest{UserID: bob, MsgID: 7, ConversationID: conv + 1}, errcode.NotFound},
+		{"a negative id", DownloadRequest{UserID: bob, MsgID: -7}, errcode.InvalidArgument},
+		{"nothing named", DownloadRequest{UserID: bob}, errcode.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := s.Download(ctx, tc.req)
+			if got := codeOf(err); got != tc.want {
+				t.Fatalf("Download = %v (%s), want %s", err, got, tc.want)
+			}
+			if err == nil && (d.Key != img || d.URL == "" || !d.Expires.After(time.Now())) {
+				t.Fatalf("Download = %+v", d)
+			}
+		})
+	}
+}
