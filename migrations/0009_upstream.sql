@@ -6,8 +6,14 @@
 -- service that pulls instead keeps its read position in
 -- t_upstream_consumers (docs/decisions.md 94).
 
+-- The column and its keys in two statements: TiDB refuses a key on a
+-- column added by the same ALTER (error 1072). The file first did both in
+-- one; a database that applied that form has the same schema.
+-- replaces-checksum: 26a08464f8387045af594af3650f3b7a07952826fb4d5ab910953608403d1aaf
+
 ALTER TABLE t_webhook_events
-    ADD COLUMN dedupe_key VARCHAR(160) NULL COMMENT 'upstream: service, user and upstream_id of an idempotent frame; NULL otherwise',
+    ADD COLUMN dedupe_key VARCHAR(160) NULL COMMENT 'upstream: service, user and upstream_id of an idempotent frame; NULL otherwise';
+ALTER TABLE t_webhook_events
     ADD UNIQUE KEY uk_dedupe (dedupe_key),
     ADD KEY idx_type_id (event_type, id);
 

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -37,7 +38,17 @@ type File struct {
 	Name     string
 	Checksum string
 	SQL      string
+	// Replaces are the checksums of earlier forms of the file that a
+	// database may have applied: the file names them in lines
+	// "-- replaces-checksum: <sha256 hex>" when it was rewritten into an
+	// equivalent form (the same schema, statements another engine also
+	// runs). A database that applied one of them is up to date, and its
+	// record takes the new checksum.
+	Replaces []string
 }
+
+// replacesRe matches a file's declaration of an earlier form it replaces.
+var replacesRe = regexp.MustCompile(`(?m)^-- replaces-checksum: ([0-9a-f]{64})\s*$`)
 
 // ErrChecksum reports an applied migration whose file changed since.
 var ErrChecksum = errors.New("migrate: checksum mismatch")
@@ -65,7 +76,11 @@ func Load(fsys fs.FS) ([]File, error) {
 			return nil, fmt.Errorf("migrate: read %s: %w", e.Name(), err)
 		}
 		sum := sha256.Sum256(b)
-		out = append(out, File{Version: v, Name: e.Name(), Checksum: hex.EncodeToString(sum[:]), SQL: string(b)})
+		f := File{Version: v, Name: e.Name(), Checksum: hex.EncodeToString(sum[:]), SQL: string(b)}
+		for _, m := range replacesRe.FindAllStringSubmatch(f.SQL, -1) {
+			f.Replaces = append(f.Replaces, m[1])
+		}
+		out = append(out, f)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Version < out[j].Version })
 	return out, nil
@@ -131,7 +146,16 @@ func Up(ctx context.Context, dsn string, fsys fs.FS) ([]File, error) {
 	var done []File
 	for _, f := range files {
 		if sum, ok := applied[f.Version]; ok {
-			if sum != f.Checksum {
+			switch {
+			case sum == f.Checksum:
+			case slices.Contains(f.Replaces, sum):
+				// Applied in an earlier, equivalent form: the schema is
+				// the same, so only the record moves to the file as it is.
+				if _, err := conn.ExecContext(ctx, "UPDATE t_schema_migrations SET checksum = ? WHERE version = ? AND checksum = ?",
+					f.Checksum, f.Version, sum); err != nil {
+					return done, fmt.Errorf("migrate: record %s's new form: %w", f.Name, err)
+				}
+			default:
 				return done, fmt.Errorf("%w: %s was applied with checksum %s, the file now has %s", ErrChecksum, f.Name, sum, f.Checksum)
 			}
 			continue

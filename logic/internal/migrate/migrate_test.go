@@ -2,6 +2,8 @@ package migrate_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"database/sql"
 	"errors"
 	"testing"
@@ -65,6 +67,13 @@ func TestUp(t *testing.T) {
 	v2 := fstest.MapFS{"0001_a.sql": v1["0001_a.sql"], "0002_b.sql": v1["0002_b.sql"],
 		"0003_c.sql": {Data: []byte("ALTER TABLE t_b ADD COLUMN n INT NOT NULL DEFAULT 0 COMMENT 'n';")}}
 	changed := fstest.MapFS{"0001_a.sql": {Data: []byte("CREATE TABLE t_a (id BIGINT NOT NULL PRIMARY KEY);")}, "0002_b.sql": v1["0002_b.sql"]}
+	// 0003 rewritten in an equivalent form that names the form applied.
+	sum := sha256.Sum256(v2["0003_c.sql"].Data)
+	rewritten := fstest.MapFS{"0001_a.sql": v1["0001_a.sql"], "0002_b.sql": v1["0002_b.sql"],
+		"0003_c.sql": {Data: []byte("-- replaces-checksum: " + hex.EncodeToString(sum[:]) + "\nALTER TABLE t_b ADD COLUMN n INT NOT NULL DEFAULT 0 COMMENT 'n';\n")}}
+	other := sha256.Sum256([]byte("another file"))
+	wrongClaim := fstest.MapFS{"0001_a.sql": v1["0001_a.sql"], "0002_b.sql": v1["0002_b.sql"],
+		"0003_c.sql": {Data: []byte("-- replaces-checksum: " + hex.EncodeToString(other[:]) + "\nALTER TABLE t_b ADD COLUMN n INT NOT NULL DEFAULT 0 COMMENT 'n';")}}
 
 	dsn := testenv.EmptyDatabase(t) // Up creates it
 	steps := []struct {
@@ -77,6 +86,10 @@ func TestUp(t *testing.T) {
 		{"second run is a no-op", v1, nil, nil},
 		{"a new file is applied alone", v2, []string{"0003_c.sql"}, nil},
 		{"changed applied file is an error", changed, nil, migrate.ErrChecksum},
+		{"a rewrite naming another form is an error", wrongClaim, nil, migrate.ErrChecksum},
+		{"a rewrite naming the applied form applies nothing", rewritten, nil, nil},
+		{"and its record now has the new form's checksum", rewritten, nil, nil},
+		{"so the old form is now a changed file", v2, nil, migrate.ErrChecksum},
 	}
 	for _, st := range steps {
 		got, err := migrate.Up(ctx, dsn, st.fs)
