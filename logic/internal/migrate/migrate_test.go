@@ -3,8 +3,8 @@ package migrate_test
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"testing"
 	"testing/fstest"
