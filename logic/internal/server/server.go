@@ -137,6 +137,15 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	if err := awaitDep(ctx, log, "mysql", st.Ping); err != nil {
 		return err
 	}
+	if err := awaitDep(ctx, log, "mysql isolation", func(ctx context.Context) error {
+		err := st.CheckIsolation(ctx)
+		if errors.Is(err, store.ErrIsolation) {
+			return backoffStop{err}
+		}
+		return err
+	}); err != nil {
+		return err
+	}
 	rdb, err := redisconn.Open(lc.Redis, redisconn.Options{})
 	if err != nil {
 		return fmt.Errorf("logic.redis: %w", err)
