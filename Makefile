@@ -6,7 +6,7 @@ BIN := bin
 MODULES := pkg proto migrations gate logic deliver client tests bench
 CMDS := gate/cmd/gate logic/cmd/logic logic/cmd/migrate deliver/cmd/deliver client/cmd/imcli client/cmd/imctl
 
-.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl helm tidb test-tidb weed
+.PHONY: all build build-failpoints run test unit e2e e2e-cluster chaos fuzz vet proto clean services test-deps bench bench-long deploy-check images warm-grpcurl helm tidb test-tidb test-galera weed
 
 all: build
 
@@ -116,6 +116,14 @@ tidb:
 # suite, TIDB_CHAOS=0 leaves out the chaos run.
 test-tidb: services test-deps build-failpoints
 	@deploy/tidb/test-tidb.sh
+
+# The store, logic and e2e suites against a three-node MariaDB Galera
+# cluster on loopback (tests/cmd/imgalera), then the chaos run that kills
+# the writer node under load and fails over (docs/operations.md "Running
+# on Galera"): GALERA_E2E_RUN narrows the e2e suite, GALERA_CHAOS=0 leaves
+# out the chaos run. Needs root, galera-4 and rsync.
+test-galera: services test-deps build-failpoints weed
+	@deploy/galera/test-galera.sh
 
 # The chaos runner (tests/chaos, docs/decisions.md 73, 85, 88): SPARK_CHAOS_DURATION
 # (default 90s, and on until every kind of fault has happened) of mixed

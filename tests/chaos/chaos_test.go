@@ -110,6 +110,29 @@ func TestChaosRollingRestartOfEveryProcessLosesNothing(t *testing.T) {
 	t.Logf("\n%s", restartTable(res.Restarts))
 }
 
+// TestChaosGaleraWriterKillLosesAndDoublesNothing runs the mixed load on
+// a three-node Galera cluster, kills the writer node (kill -9) a third
+// into the window and moves every logic to another node: the checker must
+// find every acknowledged send stored once, in order, and every device
+// converged, with the truth read from the new writer.
+func TestChaosGaleraWriterKillLosesAndDoublesNothing(t *testing.T) {
+	res := runChaos(t, Config{GaleraFailover: true, Duration: durationFromEnv(t, "SPARK_CHAOS_DURATION", 60*time.Second)})
+	if !res.Verdict.Pass {
+		t.Fatalf("chaos verdict FAIL after the Galera writer's kill (seed %d):\n%s", res.Seed, res.Verdict)
+	}
+	var killed, moved bool
+	for _, e := range res.Events {
+		if e.Kind == KindFault && e.Err == "" {
+			killed = killed || strings.HasPrefix(e.Detail, "galera writer node")
+			moved = moved || strings.HasPrefix(e.Detail, "failover to galera node")
+		}
+	}
+	if !killed || !moved {
+		t.Fatalf("the run did not kill the writer (%v) and fail over (%v) without errors", killed, moved)
+	}
+	t.Logf("acknowledged sends: %d", res.Verdict.Stats.Acked)
+}
+
 // missingFaults lists the faults the run should have injected and did
 // not: each process kind killed and stopped, Redis and MySQL stopped.
 func missingFaults(events []Event) []string {

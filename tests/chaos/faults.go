@@ -205,3 +205,24 @@ func (f *faults) restoreAll() {
 		}
 	}
 }
+
+// galeraFailover kills the Galera writer a third into the window and moves
+// every logic to the next node, then lets the load run to the window's
+// end: acknowledged sends committed on the dead writer must all be on the
+// new one, once.
+func (f *faults) galeraFailover(ctx context.Context, window time.Duration) {
+	start := time.Now()
+	if !sleepCtx(ctx, window/3) {
+		return
+	}
+	old := f.c.Writer
+	f.record(fmt.Sprintf("galera writer node %d kill -9", old+1), f.c.Galera.Nodes[old].Kill())
+	// The operator notices: a moment without a database for logic.
+	sleepCtx(ctx, 2*time.Second)
+	next := (old + 1) % len(f.c.Galera.Nodes)
+	f.record(fmt.Sprintf("failover to galera node %d", next+1), f.c.FailOverTo(ctx, next))
+	if n, err := f.c.Galera.ClusterSize(next); err != nil || n != len(f.c.Galera.Nodes)-1 {
+		f.record(fmt.Sprintf("galera cluster size after the kill: %d", n), err)
+	}
+	sleepCtx(ctx, window-time.Since(start))
+}

@@ -63,6 +63,12 @@ type Config struct {
 	// at a time under the load (Duration, the outages and EveryFault are
 	// then unused); Result.Restarts has each step's reconnect figures.
 	Rolling bool
+	// GaleraFailover runs the cluster on a three-node Galera cluster and
+	// replaces the random faults with one: a third into the window the
+	// writer node is killed (kill -9), and every logic is moved to the
+	// second node, as an operator fails over; the load runs on for the
+	// rest of Duration.
+	GaleraFailover bool
 	// Calm is the length of the calm phase (default 15 s).
 	Calm time.Duration
 	// Failpoint, when set ("name=action"), is armed on every deliver at
@@ -148,6 +154,9 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 		// reconnect storm is the one an operator's rollout makes.
 		opts.GateEnv = []string{"IM_GATE_SHUTDOWN_KICK_WINDOW=3s"}
 	}
+	if cfg.GaleraFailover {
+		opts.PrivateMySQL, opts.Galera = false, true
+	}
 	c := framework.NewCluster(t, opts)
 	var addrs []string
 	for _, g := range c.Gates {
@@ -181,9 +190,12 @@ func Run(ctx context.Context, t testing.TB, cfg Config) (Result, error) {
 	}
 	f := &faults{c: c, hist: hist, rng: rand.New(rand.NewPCG(cfg.Seed+1, cfg.Seed)), logf: cfg.Logf,
 		plan: faultPlan{Gap: cfg.FaultGap, Down: cfg.FaultDown, Outage: cfg.Outage, EveryFault: cfg.EveryFault}}
-	if cfg.Rolling {
+	switch {
+	case cfg.Rolling:
 		res.Restarts = f.rolling(ctx, slots)
-	} else {
+	case cfg.GaleraFailover:
+		f.galeraFailover(ctx, cfg.Duration)
+	default:
 		f.run(ctx, cfg.Duration)
 	}
 

@@ -46,6 +46,10 @@ type Options struct {
 	// place of the shared server, so a test can stop, kill and restart it
 	// (a tidb-server on unistore when SPARK_TEST_TIDB_SERVER is set).
 	PrivateMySQL bool
+	// Galera puts the cluster's database on a private three-node MariaDB
+	// Galera cluster (Cluster.Galera); logic writes to node 1 until
+	// FailOverTo moves it.
+	Galera bool
 	// Unstarted leaves every process unstarted: the test starts them
 	// (Process.Launch, Start) in the order it checks, e.g. gates before
 	// logic.
@@ -85,7 +89,11 @@ type Cluster struct {
 	Redis *Redis
 	// MySQL is the private server when Options.PrivateMySQL is set, nil
 	// when the cluster uses the shared one.
-	MySQL    *MySQL
+	MySQL *MySQL
+	// Galera is the cluster's Galera cluster when Options.Galera is set;
+	// Writer is the index of the node logic writes to.
+	Galera   *Galera
+	Writer   int
 	DBName   string
 	MySQLDSN string
 	Config   string
@@ -119,7 +127,10 @@ func NewCluster(t testing.TB, o Options) *Cluster {
 	// made: their 2 s writable delay passes meanwhile.
 	var redisReady func()
 	c.Redis, redisReady = launchRedis(t)
-	if o.PrivateMySQL {
+	switch {
+	case o.Galera:
+		c.Galera = StartGalera(t, 3)
+	case o.PrivateMySQL:
 		c.MySQL = StartPrivateServer(t)
 	}
 	c.createDatabase()
@@ -261,7 +272,10 @@ func serverDSN() string {
 
 func (c *Cluster) createDatabase() {
 	server := serverDSN()
-	if c.MySQL != nil {
+	switch {
+	case c.Galera != nil:
+		server = c.Galera.Nodes[c.Writer].DSN()
+	case c.MySQL != nil:
 		server = c.MySQL.DSN()
 	}
 	c.DBName, c.MySQLDSN = CreateDatabase(c.t, server)
@@ -329,6 +343,43 @@ func (c *Cluster) migrate() {
 
 // DB is the cluster's MySQL database.
 func (c *Cluster) DB() *sql.DB { return c.db }
+
+// FailOverTo moves the cluster's writes to Galera node i, as an operator
+// does after the writer died: every logic is stopped and started again
+// with the node's address (its DSN for this cluster's database), one at a
+// time, and DB reads from the node from then on. Deliver and the gates
+// have no database and keep running.
+func (c *Cluster) FailOverTo(ctx context.Context, i int) error {
+	if c.Galera == nil {
+		return fmt.Errorf("failover: the cluster has no Galera cluster")
+	}
+	cfg, err := mysql.ParseDSN(c.Galera.Nodes[i].DSN())
+	if err != nil {
+		return err
+	}
+	cfg.DBName = c.DBName
+	dsn := cfg.FormatDSN()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	old := c.db
+	c.db, c.Writer, c.MySQLDSN = db, i, dsn
+	_ = old.Close()
+	for _, l := range c.Logics {
+		l.SetEnv("IM_LOGIC_MYSQL_DSN=" + dsn)
+		if err := l.Stop(); err != nil {
+			// A logic stuck on the dead node is killed, as an operator would.
+			if kerr := l.Kill(); kerr != nil {
+				return fmt.Errorf("failover: stop %s: %w (kill: %v)", l.Name, err, kerr)
+			}
+		}
+		if err := l.Start(ctx); err != nil {
+			return fmt.Errorf("failover: start %s on node %d: %w", l.Name, i+1, err)
+		}
+	}
+	return nil
+}
 
 // Token mints a client token for a user (and device, when not empty).
 func (c *Cluster) Token(userID int64, deviceID string) string {

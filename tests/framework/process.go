@@ -51,6 +51,14 @@ func (p *Process) Start(ctx context.Context) error {
 	return p.waitFor(ctx, ReadyLine, mark, 60*time.Second)
 }
 
+// SetEnv adds environment for every later run (a later entry of the same
+// name wins), e.g. a new database address after a failover.
+func (p *Process) SetEnv(kv ...string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.env = append(append([]string(nil), p.env...), kv...)
+}
+
 // Launch runs the process without waiting for anything. It returns the log
 // offset where this run's output begins.
 func (p *Process) Launch() (int, error) { return p.LaunchWithEnv() }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/sparkim/spark/tests/chaos"
+	"github.com/sparkim/spark/tests/framework"
 )
 
 func main() {
@@ -52,7 +53,7 @@ func run(duration time.Duration, seed uint64, out, fp string) int {
 		fmt.Printf("%s %s\n", time.Now().UTC().Format("15:04:05"), fmt.Sprintf(format, args...))
 	}
 	cfg := chaos.Config{Duration: duration, Seed: seed, Failpoint: fp, History: hf, Logf: logf}
-	tb := newRunTB("imchaos", logf)
+	tb := framework.NewCommandTB("imchaos", logf)
 	var res chaos.Result
 	var runErr error
 	done := make(chan struct{})
@@ -61,10 +62,10 @@ func run(duration time.Duration, seed uint64, out, fp string) int {
 		res, runErr = chaos.Run(ctx, tb, cfg)
 	}()
 	<-done
-	tb.cleanup()
+	tb.RunCleanups()
 	switch {
 	case tb.Failed():
-		fmt.Fprintln(os.Stderr, "imchaos: the cluster failed:", tb.failure())
+		fmt.Fprintln(os.Stderr, "imchaos: the cluster failed:", tb.Failure())
 		return 2
 	case runErr != nil:
 		fmt.Fprintln(os.Stderr, "imchaos:", runErr)
