@@ -25,7 +25,7 @@ port="$(free_port)"; status_port="$(free_port)"
 data="$(mktemp -d "${TMPDIR:-/tmp}/spark-tidb.XXXXXX")"
 "$bin" -store unistore -path "$data/store" -host 127.0.0.1 -P "$port" \
   -status "$status_port" -status-host 127.0.0.1 -socket "$data/tidb.sock" \
-  -log-file "$data/tidb.log" >"$data/stdout.log" 2>&1 &
+  -log-file "$data/tidb.log" -log-slow-query "$data/tidb-slow.log" >"$data/stdout.log" 2>&1 &
 tidb_pid=$!
 trap 'kill "$tidb_pid" 2>/dev/null; wait "$tidb_pid" 2>/dev/null; rm -rf "$data"' EXIT
 for _ in $(seq 1 120); do port_open "$port" && break; sleep 0.5; done

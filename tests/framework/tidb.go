@@ -42,6 +42,8 @@ func StartTiDB(t testing.TB) *MySQL {
 		"-status", strconv.Itoa(FreePort(t)), "-status-host", "127.0.0.1",
 		"-socket", filepath.Join(sockDir, "tidb.sock"),
 		"-log-file", filepath.Join(filepath.Dir(m.DataDir), "tidb.log"),
+		// Its slow log defaults to the working directory: keep it beside.
+		"-log-slow-query", filepath.Join(filepath.Dir(m.DataDir), "tidb-slow.log"),
 	}
 	m.proc = NewProcess(t, "tidb", bin, args, nil)
 	start := time.Now()
