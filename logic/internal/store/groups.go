@@ -345,12 +345,16 @@ func (t *GroupTx) bump() { t.g.MemberVersion = t.before.MemberVersion + 1 }
 func (t *GroupTx) Now() time.Time { return t.now }
 
 // Members reads the memberships of uids (keyed by user id; users who are
-// not members are absent).
+// not members are absent). A locking read: on TiDB a plain read in a
+// pessimistic transaction sees the snapshot of its BEGIN, so after waiting
+// for the group's lock it would miss the members the previous holder
+// added; FOR UPDATE reads the latest committed rows on every engine (and
+// the group lock already serializes every writer of these rows).
 func (t *GroupTx) Members(ctx context.Context, uids []int64) (map[int64]GroupMember, error) {
 	out := make(map[int64]GroupMember, len(uids))
 	for len(uids) > 0 {
 		n := min(len(uids), insertChunk)
-		q, args, err := sqlx.In("SELECT "+groupMemberColumns+" FROM t_conversation_members WHERE conversation_id = ? AND user_id IN (?)",
+		q, args, err := sqlx.In("SELECT "+groupMemberColumns+" FROM t_conversation_members WHERE conversation_id = ? AND user_id IN (?) FOR UPDATE",
 			t.g.ConversationID, uids[:n])
 		if err != nil {
 			return nil, err
