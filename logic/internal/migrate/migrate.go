@@ -17,6 +17,9 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // driver
+
+	"github.com/sparkim/spark/logic/internal/store"
+	"github.com/sparkim/spark/pkg/retry"
 )
 
 // LockName is the MySQL advisory lock held while migrating, so two migrate
@@ -49,6 +52,11 @@ type File struct {
 
 // replacesRe matches a file's declaration of an earlier form it replaces.
 var replacesRe = regexp.MustCompile(`(?m)^-- replaces-checksum: ([0-9a-f]{64})\s*$`)
+
+// lockRetry asks again for the migration lock while the engine answers a
+// lock conflict, for up to about a minute.
+var lockRetry = retry.Policy{Initial: 100 * time.Millisecond, Max: 2 * time.Second, Multiplier: 2, Jitter: true,
+	Attempts: 40, Retryable: store.IsRetryable}
 
 // ErrChecksum reports an applied migration whose file changed since.
 var ErrChecksum = errors.New("migrate: checksum mismatch")
@@ -113,7 +121,12 @@ func Up(ctx context.Context, dsn string, fsys fs.FS) ([]File, error) {
 	}
 	defer conn.Close()
 	var got sql.NullInt64
-	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 30)", LockName).Scan(&got); err != nil {
+	// TiDB answers a GET_LOCK that contends with another session's as a
+	// lock conflict (1105 "pessimistic lock retry limit reached") where
+	// MySQL waits: asked again, as every store retry does.
+	if err := retry.Do(ctx, lockRetry, func(ctx context.Context) error {
+		return conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 30)", LockName).Scan(&got)
+	}); err != nil {
 		return nil, fmt.Errorf("migrate: GET_LOCK: %w", err)
 	}
 	if !got.Valid || got.Int64 != 1 {
