@@ -90,6 +90,22 @@ func (r SyncResult) ConversationIDs() []int64 {
 type eventKey struct {
 	typ   int
 	msgID int64
+	// version tells one edit of a message from the next (EventEdit).
+	version int
+}
+
+// keyOf is the key of an event of typ about msgID with this payload.
+func keyOf(typ int, msgID int64, payload []byte) eventKey {
+	k := eventKey{typ: typ, msgID: msgID}
+	if typ == EventEdit {
+		var e struct {
+			Version int `json:"version"`
+		}
+		if json.Unmarshal(payload, &e) == nil {
+			k.version = e.Version
+		}
+	}
+	return k
 }
 
 // maxSeen bounds the events remembered from pushes; past it the memory is
@@ -187,7 +203,8 @@ func sortConversations(cs []Conversation) {
 	})
 }
 
-// NotePush records a RECALL_MESSAGE (9) or DELETE_MESSAGE (15) push as the
+// NotePush records a RECALL_MESSAGE (9), DELETE_MESSAGE (15) or
+// EDIT_MESSAGE (24) push as the
 // mailbox event it stands for and returns it, so the caller can show it at
 // once and a later Sync does not report the same event again. ok is false
 // for other pushes and for an event already noted.
@@ -198,6 +215,8 @@ func (r *SyncRunner) NotePush(f Frame) (MailboxEvent, bool) {
 		typ = EventRecall
 	case protocol.CmdDeleteMessage:
 		typ = EventDelete
+	case protocol.CmdEditMessage:
+		typ = EventEdit
 	default:
 		return MailboxEvent{}, false
 	}
@@ -209,7 +228,7 @@ func (r *SyncRunner) NotePush(f Frame) (MailboxEvent, bool) {
 	if err := json.Unmarshal(env.Data, &ref); err != nil || ref.MsgID <= 0 {
 		return MailboxEvent{}, false
 	}
-	if !r.NoteEvent(typ, ref.MsgID.Int64()) {
+	if !r.note(keyOf(typ, ref.MsgID.Int64(), env.Data)) {
 		return MailboxEvent{}, false
 	}
 	return MailboxEvent{EventType: typ, ConversationID: ref.ConversationID, MsgID: ref.MsgID, Payload: env.Data}, true
@@ -220,7 +239,11 @@ func (r *SyncRunner) NotePush(f Frame) (MailboxEvent, bool) {
 // Sync does not report the mailbox event again. It reports whether the
 // event was new.
 func (r *SyncRunner) NoteEvent(typ int, msgID int64) bool {
-	k := eventKey{typ, msgID}
+	return r.note(eventKey{typ: typ, msgID: msgID})
+}
+
+// note records k as known; it reports whether it was new.
+func (r *SyncRunner) note(k eventKey) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.seen[k] {
@@ -293,7 +316,7 @@ func (r *SyncRunner) syncInbox(ctx context.Context, conn SyncConn, res *SyncResu
 			if e.Seq > 0 && e.Seq <= r.state.MailboxSeq {
 				continue // a page repeated after a retry
 			}
-			k := eventKey{e.EventType, e.MsgID.Int64()}
+			k := keyOf(e.EventType, e.MsgID.Int64(), e.Payload)
 			if r.seen[k] {
 				delete(r.seen, k) // reported from its push already
 			} else {

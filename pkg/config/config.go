@@ -290,6 +290,9 @@ type Logic struct {
 	// RecallWindow is how long after sending the sender may recall a
 	// message.
 	RecallWindow time.Duration `mapstructure:"recall_window"`
+	// EditWindow is how long after sending the sender may edit a text
+	// message (EDIT_MESSAGE, 24).
+	EditWindow time.Duration `mapstructure:"edit_window"`
 	// CommitWorkers is the number of group-commit workers of the send
 	// path (each runs one transaction at a time, taking the sends waiting
 	// at that moment), CommitBatch the most sends one transaction takes.
@@ -722,6 +725,7 @@ func Default() *Config {
 				AuthBlock:         5 * time.Minute,
 			},
 			RecallWindow:    2 * time.Minute,
+			EditWindow:      48 * time.Hour,
 			CommitWorkers:   4,
 			CommitBatch:     256,
 			GroupMaxMembers: 10000,
@@ -1020,7 +1024,7 @@ func (l Logic) Validate() error {
 	errs = positive(errs,
 		durKey{"logic.token_ttl", l.TokenTTL},
 		durKey{"logic.msg_id_window", l.MsgIDWindow},
-		durKey{"logic.recall_window", l.RecallWindow},
+		durKey{"logic.recall_window", l.RecallWindow}, durKey{"logic.edit_window", l.EditWindow},
 		durKey{"logic.request_timeout", l.RequestTimeout},
 	)
 	switch l.P2PPolicy {

@@ -59,9 +59,40 @@ type Message struct {
 	Content          json.RawMessage `json:"content,omitempty"`
 	CreatedAt        int64           `json:"created_at"`
 	Status           int             `json:"status,omitempty"`
+	// Version counts the message's edits (absent: never edited) and
+	// EditedAt is the newest edit's time (EDIT_MESSAGE, 24).
+	Version  int   `json:"version,omitempty"`
+	EditedAt int64 `json:"edited_at,omitempty"`
 }
 
 // Kick is the data of KICK.
 type Kick struct {
 	Reason string `json:"reason"`
+}
+
+// EditRequest is the body of EDIT_MESSAGE (24): the new content of one of
+// the sender's text messages (ConversationID optional).
+type EditRequest struct {
+	MsgID          jsonid.ID       `json:"msg_id"`
+	ConversationID jsonid.ID       `json:"conversation_id,omitempty"`
+	Content        json.RawMessage `json:"content"`
+}
+
+// EditReply answers EDIT_MESSAGE: the version now in effect.
+type EditReply struct {
+	MsgID          jsonid.ID `json:"msg_id"`
+	ConversationID jsonid.ID `json:"conversation_id"`
+	Version        int       `json:"version"`
+	EditedAt       int64     `json:"edited_at"`
+}
+
+// EditPush is the data of an EDIT_MESSAGE push and the payload of
+// mailbox event EDIT (7): the message's new version.
+type EditPush struct {
+	MsgID          jsonid.ID       `json:"msg_id"`
+	ConversationID jsonid.ID       `json:"conversation_id"`
+	SenderID       jsonid.ID       `json:"sender_id"`
+	Version        int             `json:"version"`
+	EditedAt       int64           `json:"edited_at"`
+	Content        json.RawMessage `json:"content"`
 }

@@ -56,12 +56,18 @@ const (
 	// MediaOp* ops): upload answers the request to make, complete the
 	// checked object, download a short-lived GET (decision 103).
 	CmdMedia uint16 = 23
+	// CmdEditMessage (ours, request and push): the sender replaces a text
+	// message's content, `{"msg_id","conversation_id"?,"content"}`
+	// (EditRequest), answered `{"msg_id","conversation_id","version",
+	// "edited_at"}` and pushed with the new content (EditPush) to the
+	// members' other devices; offline ones get mailbox event EDIT (7).
+	CmdEditMessage uint16 = 24
 	// CmdSignal (ours, request and push): a transient signal into a
 	// conversation — typing or the application's own — `{"conversation_id",
 	// "kind","payload"?}` (SignalRequest), answered `{"delivered"}` and
 	// pushed as `{"conversation_id","sender_id","device_id","kind",
 	// "payload"?}` (SignalPush) to the other online devices of its members;
-	// never stored (decision 102). 24–31 are reserved for other issue-24
+	// never stored (decision 102). 25–31 are reserved for other issue-24
 	// commands, so the numbers have a gap.
 	CmdSignal uint16 = 32
 )
@@ -97,8 +103,11 @@ const (
 	// a device that was away drops it too; with for_everyone in its
 	// payload, it was deleted for every member (decision 98).
 	EventDelete = 6
+	// EventEdit: msg_id of conversation_id was edited; the payload is the
+	// EDIT_MESSAGE push (EditPush), the new content included.
+	EventEdit = 7
 )
 
 // MaxEventType is the highest mailbox event type; the mailbox refuses
 // others.
-const MaxEventType = EventDelete
+const MaxEventType = EventEdit

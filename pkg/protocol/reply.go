@@ -109,3 +109,22 @@ func RecalledReply(content []byte, origID int64) []byte {
 	}
 	return out
 }
+
+// ReplySnapshot returns the raw value of ReplyKey in a compact content
+// object, or nil when it has none: an edit keeps the snapshot its message
+// was sent with.
+func ReplySnapshot(content []byte) []byte {
+	if !bytes.Contains(content, []byte(`"`+ReplyKey+`"`)) {
+		return nil
+	}
+	keys, vals, err := splitObject(content)
+	if err != nil {
+		return nil
+	}
+	for i, k := range keys {
+		if k == ReplyKey {
+			return vals[i]
+		}
+	}
+	return nil
+}

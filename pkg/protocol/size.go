@@ -29,7 +29,7 @@ var (
 		b, err := Marshal(Message{
 			MsgID: jsonid.ID(math.MaxInt64), ConversationID: jsonid.ID(math.MaxInt64), ConversationType: 99,
 			SenderID: jsonid.ID(math.MaxInt64), MessageType: 99, Content: json.RawMessage(`{}`),
-			CreatedAt: math.MaxInt64, Status: 99,
+			CreatedAt: math.MaxInt64, Status: 99, Version: math.MaxInt32, EditedAt: math.MaxInt64,
 		})
 		if err != nil {
 			panic(err)

@@ -25,7 +25,8 @@ func TestPushBoundCoversTheEncodedPush(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := Message{MsgID: jsonid.ID(math.MaxInt64), ConversationID: 1, ConversationType: 1, SenderID: 2,
-				ClientMsgID: tc.cmid, MessageType: 1, Content: json.RawMessage(tc.content), CreatedAt: 1_700_000_000_000}
+				ClientMsgID: tc.cmid, MessageType: 1, Content: json.RawMessage(tc.content), CreatedAt: 1_700_000_000_000,
+				Version: math.MaxInt32, EditedAt: math.MaxInt64}
 			data, err := Marshal(m)
 			if err != nil {
 				t.Fatal(err)

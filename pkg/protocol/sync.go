@@ -95,6 +95,10 @@ type SyncMessagesRequest struct {
 	ConversationID jsonid.ID `json:"conversation_id"`
 	LastMsgID      jsonid.ID `json:"last_msg_id"`
 	Limit          int       `json:"limit"`
+	// MsgIDs, when set, asks for these messages of the conversation (at
+	// most 100) instead of a page after LastMsgID: a device that learnt
+	// of edits fetches their current versions.
+	MsgIDs []jsonid.ID `json:"msg_ids,omitempty"`
 }
 
 // SyncMessagesReply is the data of a SYNC_MESSAGES (12, more follow) or

@@ -295,6 +295,12 @@ func paritySteps(receiver string) []parityStep {
 			}},
 		{method: "SendMessage", req: in(&logicv1.SendMessageRequest{SenderId: a, ToUserId: b, ClientMsgId: "parity-1", MessageType: 1, Content: text})},
 		{method: "SendMessage", req: in(&logicv1.SendMessageRequest{SenderId: a, ToUserId: b, MessageType: 1, Content: text}), code: 40001},
+		{method: "EditMessage", req: func(s *parityState) proto.Message {
+			return &logicv1.EditMessageRequest{SenderId: a, MsgId: s.msg, Content: `{"t":1,"text":"parity, edited"}`}
+		}},
+		{method: "EditMessage", req: func(s *parityState) proto.Message {
+			return &logicv1.EditMessageRequest{SenderId: b, MsgId: s.msg, Content: `{"t":1,"text":"not mine"}`}
+		}, code: 40301},
 		{method: "DeleteMessageForEveryone", req: in(&logicv1.DeleteMessageForEveryoneRequest{MsgId: 1}), code: 40401},
 		{method: "GetHistory", req: func(s *parityState) proto.Message {
 			return &logicv1.GetHistoryRequest{UserId: b, ConversationId: s.conv, Limit: 10}

@@ -74,6 +74,16 @@ func (r *Replica) ApplyPush(f client.Frame) error {
 			m.Status = protocol.StatusNormal
 		}
 		r.put(m)
+	case protocol.CmdEditMessage:
+		env, err := f.Envelope()
+		if err != nil {
+			return err
+		}
+		var e protocol.EditPush
+		if err := json.Unmarshal(env.Data, &e); err != nil {
+			return fmt.Errorf("push %d data %s: %w", f.Command, env.Data, err)
+		}
+		r.edit(e.ConversationID.Int64(), e.MsgID.Int64(), e.Version, e.EditedAt, e.Content)
 	case protocol.CmdRecallMessage, protocol.CmdDeleteMessage:
 		env, err := f.Envelope()
 		if err != nil {
@@ -91,6 +101,14 @@ func (r *Replica) ApplyPush(f client.Frame) error {
 		}
 	}
 	return nil
+}
+
+// edit applies a newer version of a message the replica holds.
+func (r *Replica) edit(cid, msgID int64, version int, at int64, content json.RawMessage) {
+	if m, ok := r.Msgs[cid][msgID]; ok && m.Status == protocol.StatusNormal && version > m.Version {
+		m.Version, m.EditedAt, m.Content = version, at, content
+		r.Msgs[cid][msgID] = m
+	}
 }
 
 // DeleteLocal applies a delete-for-me this device made itself (the server
@@ -113,6 +131,9 @@ func (r *Replica) Sync(ctx context.Context, conn *client.Conn) error {
 	}
 	r.DialogCursor, r.MailboxSeq = page.DialogCursor, page.MailboxSeq.String()
 	dirty := map[int64]bool{}
+	// edited are the messages EDIT events named: their new versions are
+	// fetched by id once the conversations are synced.
+	edited := map[int64][]int64{}
 	for _, c := range page.Conversations {
 		r.Convs[c.ConversationID.Int64()] = c
 		dirty[c.ConversationID.Int64()] = true
@@ -124,6 +145,8 @@ func (r *Replica) Sync(ctx context.Context, conn *client.Conn) error {
 		case protocol.EventDelete:
 			r.Deleted[e.MsgID.Int64()] = true
 			delete(r.Msgs[e.ConversationID.Int64()], e.MsgID.Int64())
+		case client.EventEdit:
+			edited[e.ConversationID.Int64()] = append(edited[e.ConversationID.Int64()], e.MsgID.Int64())
 		}
 	}
 	for cid := range dirty {
@@ -135,6 +158,19 @@ func (r *Replica) Sync(ctx context.Context, conn *client.Conn) error {
 			r.put(m)
 		}
 		r.Cursor[cid] = next
+	}
+	for cid, ids := range edited {
+		for len(ids) > 0 {
+			n := min(len(ids), 100)
+			msgs, err := conn.MessagesByID(ctx, cid, ids[:n])
+			if err != nil {
+				return fmt.Errorf("edited messages of %d: %w", cid, err)
+			}
+			for _, m := range msgs {
+				r.edit(cid, m.MsgID.Int64(), m.Version, m.EditedAt, m.Content)
+			}
+			ids = ids[n:]
+		}
 	}
 	return nil
 }
@@ -167,7 +203,7 @@ func (r *Replica) Snapshot() string {
 		sort.Slice(ids, func(i, j int) bool { return ids[i] < ids[j] })
 		for _, id := range ids {
 			m := r.Msgs[c.ConversationID.Int64()][id]
-			fmt.Fprintf(&b, "  msg %d from %s status %d type %d content %s\n", id, m.SenderID, m.Status, m.MessageType, m.Content)
+			fmt.Fprintf(&b, "  msg %d from %s status %d type %d version %d content %s\n", id, m.SenderID, m.Status, m.MessageType, m.Version, m.Content)
 		}
 	}
 	return b.String()

@@ -70,6 +70,7 @@ const helpText = `commands:
   /history <conv> [n]     the newest n messages of a conversation (default 20)
   /read <conv>            mark a conversation read up to its newest message
   /recall <msg>           recall one of your messages (within the recall window)
+  /edit <msg> <text>      replace the text of one of your messages (within the edit window)
   /delete-all <msg>       delete a group message for every member (group owner and admins)
   /reply <conv> <msg> <text>  reply to a message of a conversation, quoting it
   /sync                   catch up now (also runs after login and every reconnect)
@@ -390,7 +391,7 @@ func (a *app) pump(sess *client.Session, hint chan<- struct{}) {
 			a.kick = k.Reason
 			a.kickMu.Unlock()
 			continue
-		case protocol.CmdRecallMessage, protocol.CmdDeleteMessage:
+		case protocol.CmdRecallMessage, protocol.CmdDeleteMessage, protocol.CmdEditMessage:
 			if e, ok := a.runner.NotePush(fr); ok {
 				a.print(eventLine(e))
 			}
@@ -432,6 +433,7 @@ func (a *app) syncer(ctx context.Context, conn *client.Conn, hint <-chan struct{
 // conversations and the missed messages, later only what is new.
 func (a *app) sync(ctx context.Context, conn *client.Conn, login bool) {
 	res, err := a.runner.Sync(ctx, conn)
+	a.fillEdits(ctx, conn, &res)
 	var b strings.Builder
 	if login {
 		a.formatLoginSync(&b, res)
@@ -633,6 +635,26 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 		}
 		a.runner.NoteEvent(client.EventRecall, mid) // no echo from the mailbox
 		a.printf("recalled #%d\n", mid)
+	case "/edit":
+		mid, ok := idArg(1, "msg")
+		if !ok {
+			return false
+		}
+		if len(fields) < 3 {
+			a.errorf("usage: /edit <msg> <text>")
+			return false
+		}
+		content, err := client.TextContent(strings.Join(fields[2:], " "))
+		if err != nil {
+			a.errorf("edit: %v", err)
+			return false
+		}
+		r, err := conn.Edit(ctx, 0, mid, content)
+		if err != nil {
+			a.errorf("edit: %v", err)
+			return false
+		}
+		a.printf("edited #%d (version %d)\n", mid, r.Version)
 	case "/delete-all":
 		mid, ok := idArg(1, "msg")
 		if !ok {
@@ -1063,6 +1085,14 @@ func eventLine(e client.MailboxEvent) string {
 			return fmt.Sprintf("[conv %d] #%d was deleted for everyone\n", e.ConversationID, e.MsgID)
 		}
 		return fmt.Sprintf("[conv %d] #%d was deleted for you\n", e.ConversationID, e.MsgID)
+	case client.EventEdit:
+		var ed protocol.EditPush
+		_ = json.Unmarshal(e.Payload, &ed)
+		if len(ed.Content) > 0 {
+			return fmt.Sprintf("[conv %d] #%d edited: %s\n", e.ConversationID, e.MsgID,
+				messageText(protocol.Message{MessageType: protocol.MessageText, Content: ed.Content}))
+		}
+		return fmt.Sprintf("[conv %d] #%d was edited (version %d)\n", e.ConversationID, e.MsgID, ed.Version)
 	case client.EventKick:
 		var k protocol.KickPayload
 		_ = json.Unmarshal(e.Payload, &k)
@@ -1189,5 +1219,38 @@ func readLines(r io.Reader, out chan<- string) {
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		out <- sc.Text()
+	}
+}
+
+// fillEdits fetches the new text of the messages a sync reported edited
+// (their mailbox events carry only ids and the version), so the edits
+// print with their text.
+func (a *app) fillEdits(ctx context.Context, conn *client.Conn, res *client.SyncResult) {
+	byConv := map[int64][]int64{}
+	for _, e := range res.Events {
+		if e.EventType == client.EventEdit && len(byConv[e.ConversationID.Int64()]) < 100 {
+			byConv[e.ConversationID.Int64()] = append(byConv[e.ConversationID.Int64()], e.MsgID.Int64())
+		}
+	}
+	content := map[int64]protocol.Message{}
+	for cid, ids := range byConv {
+		ms, err := conn.MessagesByID(ctx, cid, ids)
+		if err != nil {
+			a.errorf("edited messages of conv %d: %v", cid, err)
+			continue
+		}
+		for _, m := range ms {
+			content[m.MsgID.Int64()] = m
+		}
+	}
+	for i, e := range res.Events {
+		m, ok := content[e.MsgID.Int64()]
+		if e.EventType != client.EventEdit || !ok || len(m.Content) == 0 {
+			continue
+		}
+		if p, err := json.Marshal(protocol.EditPush{MsgID: m.MsgID, ConversationID: m.ConversationID, SenderID: m.SenderID,
+			Version: m.Version, EditedAt: m.EditedAt, Content: m.Content}); err == nil {
+			res.Events[i].Payload = p
+		}
 	}
 }

@@ -36,12 +36,16 @@ func (f *Fanout) memberWork(ctx context.Context, tasks []task) error {
 			f.jobLog(t.partition, t.job).Warn("no mailbox: the members' events are not recorded", zap.Int("members", len(uids)))
 			continue
 		}
+		payload := t.job.GetMailboxPayload()
+		if len(payload) == 0 {
+			payload = t.job.GetPushData()
+		}
 		events := make([]*logicv1.MailboxEvent, 0, min(len(uids), mailboxChunk))
 		for lo := 0; lo < len(uids); lo += mailboxChunk {
 			events = events[:0]
 			for _, uid := range uids[lo:min(lo+mailboxChunk, len(uids))] {
 				events = append(events, &logicv1.MailboxEvent{
-					UserId: uid, EventType: typ, ConversationId: cid, MsgId: t.job.GetMsgId(), Payload: t.job.GetPushData(),
+					UserId: uid, EventType: typ, ConversationId: cid, MsgId: t.job.GetMsgId(), Payload: payload,
 				})
 			}
 			if _, err := f.mailbox.AppendMailbox(ctx, events); err != nil {

@@ -62,6 +62,27 @@ func (s *Server) DeleteMessageForEveryone(ctx context.Context, req *logicv1.Dele
 	return &logicv1.DeleteMessageForEveryoneReply{MsgId: ref.MsgID, ConversationId: ref.ConversationID}, nil
 }
 
+// EditMessage replaces the content of a text message on its sender's
+// behalf.
+func (s *Server) EditMessage(ctx context.Context, req *logicv1.EditMessageRequest) (*logicv1.EditMessageReply, error) {
+	if err := positive("sender_id", req.SenderId); err != nil {
+		return nil, err
+	}
+	if req.MsgId <= 0 {
+		return nil, invalid("msg_id", "must be a positive id")
+	}
+	if req.ConversationId < 0 {
+		return nil, invalid("conversation_id", "must be 0 or a positive id")
+	}
+	e, err := s.messages.Edit(ctx, message.Sender{UserID: req.SenderId, API: true, System: req.SenderId == s.cfg.SystemUserID},
+		message.EditRequest{MsgID: req.MsgId, ConversationID: req.ConversationId, Content: []byte(req.Content)})
+	if err != nil {
+		return nil, s.statusOf("EditMessage", err)
+	}
+	return &logicv1.EditMessageReply{MsgId: e.MsgID, ConversationId: e.ConversationID, Version: int32(e.Version),
+		EditedAtMs: e.EditedAt.UnixMilli()}, nil
+}
+
 // MaxHistoryBytes bounds a GetHistory reply: gRPC clients refuse a
 // message over 4 MiB unless told otherwise (grpc.MaxCallRecvMsgSize), so
 // a page stops before its messages would pass that, whatever the clients'
@@ -83,6 +104,7 @@ var historyOverhead = func() int {
 		MsgId: math.MinInt64, ConversationId: math.MinInt64, ConversationType: math.MinInt32,
 		SenderId: math.MinInt64, ClientMsgId: strings.Repeat("x", clientMsgIDLen), MessageType: math.MinInt32,
 		Content: strings.Repeat("x", contentLen), CreatedAtMs: math.MinInt64, Status: math.MinInt32,
+		Version: math.MinInt32, EditedAtMs: math.MinInt64,
 	}
 	return proto.Size(widest) - contentLen - clientMsgIDLen + 1 + 3
 }()
@@ -134,6 +156,8 @@ func historyMessage(m inbox.Message) *logicv1.HistoryMessage {
 		h.Content = ""
 	case m.Recalled:
 		h.Status = protocol.StatusRecalled
+	case m.Version > 0:
+		h.Version, h.EditedAtMs = int32(m.Version), m.EditedAt.UnixMilli()
 	}
 	return h
 }

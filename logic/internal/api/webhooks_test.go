@@ -42,7 +42,7 @@ func TestWebhookCallsRefuseBadInput(t *testing.T) {
 		{"private v4", func() error { return create(on, "https://10.1.2.3/hook") }, codes.InvalidArgument, "url: endpoint address is not public"},
 		{"localhost", func() error { return create(on, "http://localhost/hook") }, codes.InvalidArgument, "url: endpoint address is not public"},
 		{"not http", func() error { return create(on, "ftp://8.8.8.8/hook") }, codes.InvalidArgument, "url: url \"ftp://8.8.8.8/hook\": want http"},
-		{"unknown event type", func() error { return create(on, "https://8.8.8.8/hook", "message.sent", "message.edited") }, codes.InvalidArgument, "events: unknown event type \"message.edited\""},
+		{"unknown event type", func() error { return create(on, "https://8.8.8.8/hook", "message.sent", "message.forwarded") }, codes.InvalidArgument, "events: unknown event type \"message.forwarded\""},
 		{"upstream type of an unconfigured service", func() error { return create(on, "https://8.8.8.8/hook", "upstream.billing") }, codes.InvalidArgument, "events: unknown event type \"upstream.billing\""},
 		{"disable unknown", func() error {
 			_, err := on.DisableWebhookEndpoint(ctx, &logicv1.WebhookEndpointRef{EndpointId: 987654})

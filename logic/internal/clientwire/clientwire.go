@@ -38,7 +38,11 @@ func PageBound(maxFrame int) inbox.SizeBound {
 // HistoryQuery converts the SYNC_MESSAGES body of user uid, bounded by
 // bound (PageBound).
 func HistoryQuery(uid int64, w protocol.SyncMessagesRequest, bound inbox.SizeBound) inbox.HistoryQuery {
-	return inbox.HistoryQuery{UserID: uid, ConversationID: w.ConversationID.Int64(), After: w.LastMsgID.Int64(), Limit: w.Limit, Bound: bound}
+	q := inbox.HistoryQuery{UserID: uid, ConversationID: w.ConversationID.Int64(), After: w.LastMsgID.Int64(), Limit: w.Limit, Bound: bound}
+	for _, id := range w.MsgIDs {
+		q.IDs = append(q.IDs, id.Int64())
+	}
+	return q
 }
 
 // SyncMessagesReply is the data of the SYNC_MESSAGES answer of page.
@@ -67,6 +71,9 @@ func Message(m inbox.Message) protocol.Message {
 		w.Status = protocol.StatusRecalled
 	default:
 		w.Content = json.RawMessage(m.Content)
+		if m.Version > 0 {
+			w.Version, w.EditedAt = m.Version, m.EditedAt.UnixMilli()
+		}
 	}
 	return w
 }

@@ -142,6 +142,16 @@ var commands = map[uint32]command{
 	uint32(protocol.CmdMedia): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
 		return h.mediaCommand(c.ctx, c.req.Session.UserId, c.req.Body)
 	}},
+	uint32(protocol.CmdEditMessage): {class: ratelimit.Edit, limited: true, serve: decoded(invalidIDs, false,
+		func(h *Handler, c *call, r protocol.EditRequest) (any, error) {
+			e, err := h.Messages.Edit(c.ctx, c.sender(), message.EditRequest{MsgID: r.MsgID.Int64(),
+				ConversationID: r.ConversationID.Int64(), Content: r.Content})
+			if err != nil {
+				return nil, err
+			}
+			return protocol.EditReply{MsgID: jsonid.ID(e.MsgID), ConversationID: jsonid.ID(e.ConversationID),
+				Version: e.Version, EditedAt: e.EditedAt.UnixMilli()}, nil
+		})},
 	uint32(protocol.CmdSignal): signalCommand,
 }
 

@@ -10,6 +10,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -286,6 +288,9 @@ type HistoryQuery struct {
 	// Bound is the page's byte bound as the asking front door encodes it;
 	// the zero SizeBound bounds nothing.
 	Bound SizeBound
+	// IDs, when set, asks for these messages (at most
+	// store.MaxMessagesByID) instead of the page after After.
+	IDs []int64
 }
 
 // SizeBound limits a page by the bytes its entries take once a front door
@@ -317,6 +322,10 @@ type Message struct {
 	// for everyone rather than recalled.
 	Recalled bool
 	Deleted  bool
+	// Version counts the edits; EditedAt is the newest one's time (zero:
+	// never edited).
+	Version  int
+	EditedAt time.Time
 }
 
 // HistoryPage is one page of a conversation's messages.
@@ -351,14 +360,26 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (HistoryPage, err
 		}
 		return HistoryPage{}, errcode.Unavailable("member", err)
 	}
-	conv, rows, err := s.store.ConversationPage(ctx, cid, q.After, n+1)
+	var (
+		conv store.Conversation
+		rows []store.Message
+	)
+	if len(q.IDs) > 0 {
+		conv, rows, err = s.byID(ctx, cid, q.IDs)
+	} else {
+		conv, rows, err = s.store.ConversationPage(ctx, cid, q.After, n+1)
+	}
+	var ce *errcode.Error
+	if errors.As(err, &ce) {
+		return HistoryPage{}, err
+	}
 	if errors.Is(err, store.ErrNotFound) {
 		return HistoryPage{}, errcode.New(errcode.Forbidden, "not a member of the conversation")
 	}
 	if err != nil {
 		return HistoryPage{}, errcode.Unavailable("messages", err)
 	}
-	page := HistoryPage{ConversationID: cid, More: len(rows) > n, Next: q.After}
+	page := HistoryPage{ConversationID: cid, More: len(q.IDs) == 0 && len(rows) > n, Next: q.After}
 	if page.More {
 		rows = rows[:n]
 	}
@@ -392,12 +413,34 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (HistoryPage, err
 		if !m.Recalled {
 			m.Content = r.Content
 		}
+		if r.EditedAt.Valid {
+			m.Version, m.EditedAt = r.Version, r.EditedAt.Time
+		}
 		page.Messages = append(page.Messages, m)
 	}
 	if err := s.markRecalledReplies(ctx, cid, page.Messages); err != nil {
 		return HistoryPage{}, err
 	}
 	return page, nil
+}
+
+// byID reads the messages ids names (deduplicated, at most
+// store.MaxMessagesByID) as a page that ends where it began.
+func (s *Service) byID(ctx context.Context, cid int64, ids []int64) (store.Conversation, []store.Message, error) {
+	if len(ids) > store.MaxMessagesByID {
+		return store.Conversation{}, nil, errcode.Invalid("msg_ids", fmt.Sprintf("at most %d ids", store.MaxMessagesByID))
+	}
+	for _, id := range ids {
+		if id <= 0 {
+			return store.Conversation{}, nil, errcode.Invalid("msg_ids", "ids are positive")
+		}
+	}
+	conv, err := s.store.GetConversation(ctx, cid)
+	if err != nil {
+		return store.Conversation{}, nil, err
+	}
+	rows, err := s.store.MessagesByID(ctx, cid, slices.Compact(slices.Sorted(slices.Values(ids))))
+	return conv, rows, err
 }
 
 // markRecalledReplies reduces the snapshot of each reply whose original

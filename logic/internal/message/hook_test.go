@@ -39,6 +39,8 @@ func newHookServer(t *testing.T) (*hookServer, string) {
 		h.last[m.ClientMsgID] = m
 		h.mu.Unlock()
 		switch {
+		case m.EditOf != 0 && strings.Contains(string(m.Content), "spam"):
+			_, _ = io.WriteString(w, `{"action":"reject","code":7002,"reason":"no spam in edits"}`)
 		case strings.HasPrefix(m.ClientMsgID, "reject-"):
 			_, _ = io.WriteString(w, `{"action":"reject","code":7001,"reason":"not here"}`)
 		case strings.HasPrefix(m.ClientMsgID, "modify-"):
@@ -130,6 +132,25 @@ func TestSendBeforeSendHook(t *testing.T) {
 	// (twice); the rejection never.
 	if n := e.jobs(t, allowed.ConversationID, allowed.MsgID) + e.jobs(t, allowed.ConversationID, mod.MsgID); n != 4 {
 		t.Fatalf("%d jobs for the allowed and modified messages, want 4", n)
+	}
+
+	// An edit is asked about too, named by edit_of: allowed, it is
+	// stored; rejected, nothing changes.
+	edit := func(txt string) (*message.Edited, error) {
+		c, _ := json.Marshal(text(txt))
+		return svc.Edit(ctx, from, message.EditRequest{MsgID: allowed.MsgID, Content: c})
+	}
+	if ed, err := edit("hello again"); err != nil || ed.Version != 1 {
+		t.Fatalf("allowed edit: %+v, %v", ed, err)
+	}
+	if m := hs.seen("allow-1"); m.EditOf != allowed.MsgID || !strings.Contains(string(m.Content), "hello again") {
+		t.Fatalf("the hook saw the edit as %+v", m)
+	}
+	if _, err := edit("spam spam"); code(err) != errcode.Rejected {
+		t.Fatalf("rejected edit: %v", err)
+	}
+	if _, c := stored("allow-1"); c != `{"t":1,"text":"hello again"}` {
+		t.Fatalf("after a rejected edit the content is %s", c)
 	}
 
 	api := message.Sender{UserID: u[0], API: true}

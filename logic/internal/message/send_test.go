@@ -59,6 +59,7 @@ func testConfig(over message.Config) message.Config {
 	keepOrSet(&c.MsgIDWindow, over.MsgIDWindow)
 	keepOrSet(&c.EnqueueRetries, over.EnqueueRetries)
 	keepOrSet(&c.RecallWindow, over.RecallWindow)
+	keepOrSet(&c.EditWindow, over.EditWindow)
 	keepOrSet(&c.CommitWorkers, over.CommitWorkers)
 	keepOrSet(&c.CommitBatch, over.CommitBatch)
 	keepOrSet(&c.MaxFrameSize, over.MaxFrameSize)

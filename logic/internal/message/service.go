@@ -38,6 +38,9 @@ type Config struct {
 	// RecallWindow is how long after sending the sender may recall a
 	// message (logic.recall_window).
 	RecallWindow time.Duration
+	// EditWindow is how long after sending the sender may edit a text
+	// message (logic.edit_window).
+	EditWindow time.Duration
 	// CommitWorkers is the number of group-commit workers
 	// (logic.commit_workers), each running one transaction at a time.
 	// Every send goes through the group commit: there is no
@@ -66,7 +69,7 @@ type Config struct {
 func ConfigFrom(c *config.Config) Config {
 	return Config{
 		MsgIDWindow: c.Logic.ClientMsgIDWindow(), EnqueueRetries: c.Logic.EnqueueRetries, Partitions: c.Queue.Partitions,
-		RecallWindow: c.Logic.RecallWindow, MaxFrameSize: c.Logic.MaxFrameSize,
+		RecallWindow: c.Logic.RecallWindow, EditWindow: c.Logic.EditWindow, MaxFrameSize: c.Logic.MaxFrameSize,
 		CommitWorkers: c.Logic.CommitWorkers, CommitBatch: c.Logic.CommitBatch,
 	}
 }
@@ -75,10 +78,10 @@ func ConfigFrom(c *config.Config) Config {
 // a hand-made Config cannot run with a value production would not start
 // with.
 func (c Config) validate() error {
-	if c.MsgIDWindow <= 0 || c.RecallWindow <= 0 || c.EnqueueRetries < 1 || c.Partitions < 1 ||
+	if c.MsgIDWindow <= 0 || c.RecallWindow <= 0 || c.EditWindow <= 0 || c.EnqueueRetries < 1 || c.Partitions < 1 ||
 		c.CommitWorkers < 1 || c.CommitBatch < 1 || c.MaxFrameSize < 4<<10 {
-		return fmt.Errorf("message: invalid config (logic.msg_id_window %v, logic.recall_window %v, logic.enqueue_retries %d, queue.partitions %d, logic.commit_workers %d, logic.commit_batch %d, logic.max_frame_size %d): start from config.Default()",
-			c.MsgIDWindow, c.RecallWindow, c.EnqueueRetries, c.Partitions, c.CommitWorkers, c.CommitBatch, c.MaxFrameSize)
+		return fmt.Errorf("message: invalid config (logic.msg_id_window %v, logic.recall_window %v, logic.edit_window %v, logic.enqueue_retries %d, queue.partitions %d, logic.commit_workers %d, logic.commit_batch %d, logic.max_frame_size %d): start from config.Default()",
+			c.MsgIDWindow, c.RecallWindow, c.EditWindow, c.EnqueueRetries, c.Partitions, c.CommitWorkers, c.CommitBatch, c.MaxFrameSize)
 	}
 	return nil
 }

@@ -77,6 +77,9 @@ type Message struct {
 	// Content is the message's content in compact form, as it would be
 	// stored.
 	Content json.RawMessage `json:"content"`
+	// EditOf is the id of the message an edit (EDIT_MESSAGE) replaces the
+	// content of; absent for a send.
+	EditOf int64 `json:"edit_of,omitempty,string"`
 }
 
 // answer is the hook's JSON answer.

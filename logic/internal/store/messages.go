@@ -24,12 +24,20 @@ type Message struct {
 	Content        []byte    `db:"content"`
 	Status         int       `db:"status"`
 	CreatedAt      time.Time `db:"created_at"`
+	// Version and EditedAt are the edits (read by the statements that
+	// select messageReadColumns; zero elsewhere).
+	Version  int          `db:"version"`
+	EditedAt sql.NullTime `db:"edited_at"`
 }
 
 // MessageNormal is t_messages.status of a normal message.
 const MessageNormal = 1
 
 const messageColumns = "id, conversation_id, sender_id, sender_device, client_msg_id, message_type, content, status, created_at"
+
+// messageReadColumns are the columns of a message as history and actions
+// read it: the inserted ones and the edit's.
+const messageReadColumns = messageColumns + ", version, edited_at"
 
 // FindByClientMsgID is the idempotency lookup of the send path.
 func (s *Store) FindByClientMsgID(ctx context.Context, senderID, conversationID int64, clientMsgID string) (Message, error) {
@@ -89,7 +97,7 @@ func (s *Store) MessagesAfter(ctx context.Context, conversationID, after, upTo i
 		return nil, nil
 	}
 	var out []Message
-	err := s.db.SelectContext(ctx, &out, "SELECT "+messageColumns+" FROM t_messages WHERE conversation_id = ? AND id > ? AND id <= ? ORDER BY id ASC LIMIT ?",
+	err := s.db.SelectContext(ctx, &out, "SELECT "+messageReadColumns+" FROM t_messages WHERE conversation_id = ? AND id > ? AND id <= ? ORDER BY id ASC LIMIT ?",
 		conversationID, after, upTo, limit)
 	return out, err
 }
@@ -197,7 +205,7 @@ var (
 // GetMessage reads a message by id; conversationID, when non-zero, must
 // match. ErrNotFound when there is no such message.
 func (s *Store) GetMessage(ctx context.Context, msgID, conversationID int64) (Message, error) {
-	q, args := "SELECT "+messageColumns+" FROM t_messages WHERE id = ?", []any{msgID}
+	q, args := "SELECT "+messageReadColumns+" FROM t_messages WHERE id = ?", []any{msgID}
 	if conversationID != 0 {
 		q, args = q+" AND conversation_id = ?", append(args, conversationID)
 	}
@@ -231,7 +239,7 @@ func (s *Store) WithdrawnAmong(ctx context.Context, cid int64, ids []int64) (map
 // upTo, newest first (the preview scan of the cold path).
 func (s *Store) MessagesBefore(ctx context.Context, conversationID, upTo int64, limit int) ([]Message, error) {
 	var out []Message
-	err := s.db.SelectContext(ctx, &out, "SELECT "+messageColumns+" FROM t_messages WHERE conversation_id = ? AND id <= ? ORDER BY id DESC LIMIT ?",
+	err := s.db.SelectContext(ctx, &out, "SELECT "+messageReadColumns+" FROM t_messages WHERE conversation_id = ? AND id <= ? ORDER BY id DESC LIMIT ?",
 		conversationID, upTo, limit)
 	return out, err
 }
@@ -351,7 +359,7 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID int64, w w
 		return Recall{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	q, args := "SELECT "+messageColumns+" FROM t_messages WHERE id = ?", []any{msgID}
+	q, args := "SELECT "+messageReadColumns+" FROM t_messages WHERE id = ?", []any{msgID}
 	if conversationID != 0 {
 		q, args = q+" AND conversation_id = ?", append(args, conversationID)
 	}

@@ -19,6 +19,7 @@ import (
 const (
 	EventMessageRecalled     = "message.recalled"
 	EventMessageDeleted      = "message.deleted"
+	EventMessageEdited       = "message.edited"
 	EventGroupCreated        = "group.created"
 	EventGroupMembersAdded   = "group.members_added"
 	EventGroupMembersRemoved = "group.members_removed"

@@ -47,6 +47,7 @@ const (
 	Api_ListGroupMembers_FullMethodName         = "/logic.v1.Api/ListGroupMembers"
 	Api_SendMessage_FullMethodName              = "/logic.v1.Api/SendMessage"
 	Api_DeleteMessageForEveryone_FullMethodName = "/logic.v1.Api/DeleteMessageForEveryone"
+	Api_EditMessage_FullMethodName              = "/logic.v1.Api/EditMessage"
 	Api_GetHistory_FullMethodName               = "/logic.v1.Api/GetHistory"
 	Api_PushToUsers_FullMethodName              = "/logic.v1.Api/PushToUsers"
 	Api_Broadcast_FullMethodName                = "/logic.v1.Api/Broadcast"
@@ -149,6 +150,10 @@ type ApiClient interface {
 	// message.deleted webhook event is recorded. Deleting again answers the
 	// same and changes nothing.
 	DeleteMessageForEveryone(ctx context.Context, in *DeleteMessageForEveryoneRequest, opts ...grpc.CallOption) (*DeleteMessageForEveryoneReply, error)
+	// EditMessage replaces the content of a text message by its sender,
+	// within logic.edit_window, as EDIT_MESSAGE does for a device: the
+	// members' devices get the new version live, offline ones by sync.
+	EditMessage(ctx context.Context, in *EditMessageRequest, opts ...grpc.CallOption) (*EditMessageReply, error)
 	// GetHistory pages a conversation's messages after a cursor, as the
 	// user sees them (SYNC_MESSAGES's paging).
 	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error)
@@ -504,6 +509,16 @@ func (c *apiClient) DeleteMessageForEveryone(ctx context.Context, in *DeleteMess
 	return out, nil
 }
 
+func (c *apiClient) EditMessage(ctx context.Context, in *EditMessageRequest, opts ...grpc.CallOption) (*EditMessageReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(EditMessageReply)
+	err := c.cc.Invoke(ctx, Api_EditMessage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *apiClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetHistoryReply)
@@ -793,6 +808,10 @@ type ApiServer interface {
 	// message.deleted webhook event is recorded. Deleting again answers the
 	// same and changes nothing.
 	DeleteMessageForEveryone(context.Context, *DeleteMessageForEveryoneRequest) (*DeleteMessageForEveryoneReply, error)
+	// EditMessage replaces the content of a text message by its sender,
+	// within logic.edit_window, as EDIT_MESSAGE does for a device: the
+	// members' devices get the new version live, offline ones by sync.
+	EditMessage(context.Context, *EditMessageRequest) (*EditMessageReply, error)
 	// GetHistory pages a conversation's messages after a cursor, as the
 	// user sees them (SYNC_MESSAGES's paging).
 	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error)
@@ -951,6 +970,9 @@ func (UnimplementedApiServer) SendMessage(context.Context, *SendMessageRequest) 
 }
 func (UnimplementedApiServer) DeleteMessageForEveryone(context.Context, *DeleteMessageForEveryoneRequest) (*DeleteMessageForEveryoneReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteMessageForEveryone not implemented")
+}
+func (UnimplementedApiServer) EditMessage(context.Context, *EditMessageRequest) (*EditMessageReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method EditMessage not implemented")
 }
 func (UnimplementedApiServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
@@ -1540,6 +1562,24 @@ func _Api_DeleteMessageForEveryone_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_EditMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(EditMessageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).EditMessage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_EditMessage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).EditMessage(ctx, req.(*EditMessageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Api_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetHistoryRequest)
 	if err := dec(in); err != nil {
@@ -2036,6 +2076,10 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteMessageForEveryone",
 			Handler:    _Api_DeleteMessageForEveryone_Handler,
+		},
+		{
+			MethodName: "EditMessage",
+			Handler:    _Api_EditMessage_Handler,
 		},
 		{
 			MethodName: "GetHistory",

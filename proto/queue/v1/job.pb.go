@@ -116,6 +116,11 @@ type DeliverJob struct {
 	// a group recall, whose members are too many for the request's
 	// transaction.
 	MailboxEventType int32 `protobuf:"varint,16,opt,name=mailbox_event_type,json=mailboxEventType,proto3" json:"mailbox_event_type,omitempty"`
+	// mailbox_payload, when set, is the mailbox event's payload in place of
+	// push_data: an edit pushes the new content but its event carries only
+	// the ids and version (mailbox payloads are small; devices fetch the
+	// content by id).
+	MailboxPayload []byte `protobuf:"bytes,19,opt,name=mailbox_payload,json=mailboxPayload,proto3" json:"mailbox_payload,omitempty"`
 	// trace_parent is the W3C traceparent of logic's span of the send, set
 	// only when tracing is on (decision 100): deliver's span of the job is
 	// its child.
@@ -269,6 +274,13 @@ func (x *DeliverJob) GetMailboxEventType() int32 {
 		return x.MailboxEventType
 	}
 	return 0
+}
+
+func (x *DeliverJob) GetMailboxPayload() []byte {
+	if x != nil {
+		return x.MailboxPayload
+	}
+	return nil
 }
 
 func (x *DeliverJob) GetTraceParent() string {
@@ -468,7 +480,7 @@ var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xfd\x04\n" +
+	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xa6\x05\n" +
 	"\n" +
 	"DeliverJob\x12%\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x11.queue.v1.JobKindR\x04kind\x12\x15\n" +
@@ -489,7 +501,8 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\x0emember_version\x18\r \x01(\x03R\rmemberVersion\x12\x1b\n" +
 	"\tno_unread\x18\x0e \x01(\bR\bnoUnread\x12&\n" +
 	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush\x12,\n" +
-	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType\x12!\n" +
+	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType\x12'\n" +
+	"\x0fmailbox_payload\x18\x13 \x01(\fR\x0emailboxPayload\x12!\n" +
 	"\ftrace_parent\x18\x12 \x01(\tR\vtraceParent\x12\x18\n" +
 	"\apreview\x18\x11 \x01(\fR\apreview\"\xc4\x02\n" +
 	"\aPushJob\x12\x15\n" +

@@ -127,6 +127,22 @@ function messageItem(m: Message): HTMLLIElement {
     loadImage(img, m);
   } else {
     text.textContent = typeof m.content?.text === "string" ? m.content.text : `[message type ${m.message_type}]`;
+    if (m.version) {
+      const edited = document.createElement("span");
+      edited.className = "edited";
+      edited.textContent = " (edited)";
+      edited.title = `version ${m.version}, ${new Date(m.edited_at ?? 0).toLocaleTimeString()}`;
+      text.append(edited);
+    }
+    if (m.sender_id === user && m.message_type === 1) {
+      // Double-click one of your texts to edit it.
+      li.addEventListener("dblclick", () => {
+        const next = prompt("Edit message", typeof m.content?.text === "string" ? m.content.text : "");
+        if (next !== null && next.trim() !== "") {
+          client.editMessage(m.conversation_id, m.msg_id, next).catch((e: Error) => console.warn("demo: edit", e.message));
+        }
+      });
+    }
   }
   const snap = m.status === 2 || m.status === 3 ? undefined : (m.content?.reply_to as ReplySnapshot | undefined);
   if (snap) {
@@ -325,6 +341,7 @@ client.on("synced", () => {
 });
 client.on("recall", renderMessages);
 client.on("deletedForEveryone", renderMessages);
+client.on("edit", renderMessages);
 client.on("delete", renderMessages);
 client.on("error", (e) => console.warn("spark:", e.message));
 

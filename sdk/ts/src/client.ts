@@ -186,6 +186,8 @@ export interface SparkEvents {
   delete: (conversationId: Id, msgId: Id) => void;
   /** A group's owner or admin, or the business, deleted a message for everyone (its cached copy is now a status-3 tombstone). */
   deletedForEveryone: (conversationId: Id, msgId: Id) => void;
+  /** Its sender edited a message: the cached copy has the new content, version and edited_at. */
+  edit: (conversationId: Id, msgId: Id) => void;
   /**
    * The server kicked this device; the client will not reconnect by itself.
    * Not emitted for KICK "server_shutdown" (a gate stopping), after which
@@ -297,12 +299,15 @@ export class SparkClient {
     createWebSocket: (url: string) => WebSocketLike;
     random: () => number;
   };
+  /** Cached messages EDIT events named, fetched by id at the end of a sync. */
+  private editsToFetch = new Map<Id, Set<Id>>();
   private readonly listeners: Listeners = {
     state: new Set(),
     message: new Set(),
     conversations: new Set(),
     recall: new Set(),
     deletedForEveryone: new Set(),
+    edit: new Set(),
     delete: new Set(),
     kick: new Set(),
     synced: new Set(),
@@ -678,6 +683,12 @@ export class SparkClient {
         this.applyRecall(idOf(d.conversation_id), idOf(d.msg_id));
         this.persist();
         return;
+      case Cmd.EDIT_MESSAGE:
+        if (typeof d.version === "number" && d.content && typeof d.content === "object") {
+          this.applyEdit(idOf(d.conversation_id), idOf(d.msg_id), d.version, Number(d.edited_at) || 0, d.content as Message["content"]);
+          this.persist();
+        }
+        return;
       case Cmd.DELETE_MESSAGE:
         if (d.for_everyone === true) this.applyRecall(idOf(d.conversation_id), idOf(d.msg_id), 3);
         else this.applyDelete(idOf(d.conversation_id), idOf(d.msg_id));
@@ -817,6 +828,48 @@ export class SparkClient {
     if (changed) {
       if (status === 3) this.emit("deletedForEveryone", cid, msgId);
       else this.emit("recall", cid, msgId);
+    }
+  }
+
+  /** Queues a cached message for fetchEdits. */
+  private noteEdit(cid: Id, msgId: Id): void {
+    let ids = this.editsToFetch.get(cid);
+    if (!ids) this.editsToFetch.set(cid, (ids = new Set()));
+    ids.add(msgId);
+  }
+
+  /** Applies a newer version of a cached message (and of the list's preview of it). */
+  private applyEdit(cid: Id, msgId: Id, version: number, editedAt: number, content: Message["content"]): void {
+    const m = this.st.messages[cid]?.find((x) => x.msg_id === msgId);
+    if (!m || (m.status ?? 1) !== 1 || version <= (m.version ?? 0)) return;
+    m.content = content;
+    m.version = version;
+    m.edited_at = editedAt;
+    const c = this.st.conversations[cid];
+    if (c?.preview && c.preview.msg_id === msgId && !c.preview.recalled && content) {
+      const text = typeof content.text === "string" ? [...content.text].slice(0, 50).join("") : c.preview.text;
+      c.preview = { ...c.preview, text };
+      this.emit("conversations", this.conversations());
+    }
+    this.emit("edit", cid, msgId);
+  }
+
+  /** Fetches the new versions of the messages EDIT events named (their payloads carry no content). */
+  private async fetchEdits(link: Link, edited: Map<Id, Set<Id>>): Promise<void> {
+    for (const [cid, ids] of edited) {
+      const all = [...ids].sort(compareIds);
+      for (let i = 0; i < all.length; i += 100) {
+        let rest = all.slice(i, i + 100);
+        while (rest.length > 0) {
+          const r = await this.requestOn<SyncMessagesData>(link, Cmd.SYNC_MESSAGES, { conversation_id: cid, last_msg_id: "0", msg_ids: rest });
+          if (r.code !== Code.OK) throw new CodeError(r.command, r.code, r.msg);
+          for (const m of r.data.messages ?? []) this.applyEdit(cid, m.msg_id, m.version ?? 0, m.edited_at ?? 0, m.content);
+          // Command 12: the frame limit cut the answer; the rest follow.
+          if (r.command !== Cmd.SYNC_MESSAGES || (r.data.messages ?? []).length === 0) break;
+          const next = r.data.next_msg_id;
+          rest = rest.filter((id) => compareIds(id, next) > 0);
+        }
+      }
     }
   }
 
@@ -965,6 +1018,16 @@ export class SparkClient {
         if (last) break;
       }
     }
+    if (this.editsToFetch.size > 0) {
+      const edited = this.editsToFetch;
+      this.editsToFetch = new Map();
+      try {
+        await this.fetchEdits(link, edited);
+      } catch (e) {
+        for (const [cid, ids] of edited) for (const id of ids) this.noteEdit(cid, id);
+        throw e;
+      }
+    }
     this.persist();
     this.emit("synced", summary);
   }
@@ -978,6 +1041,14 @@ export class SparkClient {
         if ((e.payload as { for_everyone?: boolean } | null)?.for_everyone === true) this.applyRecall(e.conversation_id, e.msg_id, 3);
         else this.applyDelete(e.conversation_id, e.msg_id);
         return;
+      case EventType.EDIT: {
+        // A cached message is fetched again at the sync's end; one not
+        // cached comes with SYNC_MESSAGES in its newest version anyway.
+        const v = (e.payload as { version?: number } | null)?.version ?? 0;
+        const m = this.st.messages[e.conversation_id]?.find((x) => x.msg_id === e.msg_id);
+        if (m && v > (m.version ?? 0)) this.noteEdit(e.conversation_id, e.msg_id);
+        return;
+      }
       default:
         this.emit("event", e);
     }
@@ -1095,6 +1166,25 @@ export class SparkClient {
     await this.request(Cmd.DELETE_MESSAGE, { conversation_id: conversationId, msg_id: msgId, for_everyone: true });
     this.applyRecall(conversationId, msgId, 3);
     this.persist();
+  }
+
+  /**
+   * Replaces the text of one of the user's text messages (EDIT_MESSAGE,
+   * within the server's edit window) and resolves with its new version;
+   * the cached copy and the other devices follow.
+   */
+  async editMessage(conversationId: Id, msgId: Id, text: string): Promise<number> {
+    const r = await this.request<{ version: number; edited_at: number }>(Cmd.EDIT_MESSAGE, {
+      conversation_id: conversationId,
+      msg_id: msgId,
+      content: { t: 1, text },
+    });
+    const old = this.st.messages[conversationId]?.find((x) => x.msg_id === msgId);
+    const content: Message["content"] = { t: 1, text };
+    if (old?.content?.reply_to) content.reply_to = old.content.reply_to;
+    this.applyEdit(conversationId, msgId, r.data.version, r.data.edited_at, content);
+    this.persist();
+    return r.data.version;
   }
 
   async markRead(conversationId: Id): Promise<void> {

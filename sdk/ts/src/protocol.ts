@@ -27,6 +27,7 @@ export const Cmd = {
   PUSH_SETTINGS: 21,
   UPSTREAM: 22,
   MEDIA: 23,
+  EDIT_MESSAGE: 24,
   SIGNAL: 32,
 } as const;
 
@@ -54,6 +55,7 @@ export const EventType = {
   FRIEND: 4,
   MISSED_MESSAGE: 5,
   DELETE: 6,
+  EDIT: 7,
 } as const;
 
 /** conversation_type values. */
@@ -126,6 +128,9 @@ export interface Message {
   created_at: number;
   /** 1 normal (or absent), 2 recalled, 3 deleted for everyone. */
   status?: number;
+  /** How many times its sender edited it (absent: never), and when last (unix ms). */
+  version?: number;
+  edited_at?: number;
 }
 
 /**

@@ -535,3 +535,42 @@ test("upstream sends UPSTREAM with service, body and upstream_id, resolves with 
   ]);
   c.close();
 });
+
+test("an EDIT_MESSAGE push replaces the cached content once per version; an EDIT event fetches the message by id at the end of the sync", async () => {
+  const gate = new Gate();
+  let syncs = 0;
+  gate.handlers[Cmd.SYNC_INBOX] = (s, f) => {
+    syncs++;
+    const events =
+      syncs === 2
+        ? [{ seq: "1", event_type: 7, conversation_id: "31", msg_id: "301", payload: { msg_id: "301", conversation_id: "31", sender_id: "1002", version: 2, edited_at: 5 } }]
+        : [];
+    s.reply(f, Cmd.SYNC_INBOX_FINISH, { conversations: syncs === 1 ? [conv("31", "301", 0)] : [], events, dialog_cursor: `d${syncs}`, mailbox_seq: syncs === 2 ? "1" : "0" });
+  };
+  gate.handlers[Cmd.SYNC_MESSAGES] = (s, f) => {
+    const body = JSON.parse(new TextDecoder().decode(f.body));
+    if (body.msg_ids) {
+      assert.deepEqual(body.msg_ids, ["301"]);
+      s.reply(f, Cmd.SYNC_MESSAGES_FINISH, { conversation_id: "31", messages: [{ ...msg("301", "31", "1002", "v2 text"), version: 2, edited_at: 5 }], next_msg_id: "301" });
+      return;
+    }
+    s.reply(f, Cmd.SYNC_MESSAGES_FINISH, { conversation_id: "31", messages: [msg("301", "31")], next_msg_id: "301" });
+  };
+  const { c } = newClient(gate);
+  const edits = [];
+  c.on("edit", (cid, id) => edits.push([cid, id, c.messages(cid).find((m) => m.msg_id === id)?.content?.text]));
+  c.connect();
+  await until("first sync", () => syncs === 1 && c.state === "online" && c.messages("31").length === 1);
+  const push = { msg_id: "301", conversation_id: "31", sender_id: "1002", version: 1, edited_at: 4, content: { t: 1, text: "v1 text" } };
+  gate.last.push(Cmd.EDIT_MESSAGE, push, 0);
+  gate.last.push(Cmd.EDIT_MESSAGE, push, 0); // the same version again: nothing
+  await until("edit applied", () => edits.length === 1);
+  assert.equal(c.messages("31")[0].version, 1);
+  assert.equal(c.conversation("31").preview?.text ?? "v1 text", "v1 text");
+  // A later sync brings an EDIT event of version 2: the message is fetched by id.
+  await c.sync();
+  await until("edit fetched", () => edits.length === 2);
+  assert.deepEqual(edits, [["31", "301", "v1 text"], ["31", "301", "v2 text"]]);
+  assert.equal(c.messages("31")[0].version, 2);
+  c.close();
+});
