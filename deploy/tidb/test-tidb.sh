@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # make test-tidb: the store and logic suites and the e2e suite (or the
 # part named by TIDB_E2E_RUN) against one tidb-server on unistore, then
-# the chaos run on a private tidb-server (TIDB_CHAOS=0 skips it), with
-# the time of each piece. tidb-server is built once (build-tidb.sh).
+# the chaos runs on a private tidb-server each (TIDB_CHAOS=0 skips them;
+# TIDB_SUITES=0 skips the suites), then, with TIDB_BENCH=1, the bench's
+# p2p scenario against the same tidb-server (figures only: unistore is a
+# test store), with the time of each piece. tidb-server is built once
+# (build-tidb.sh).
 #   TIDB_E2E_RUN='TestX|TestY' deploy/tidb/test-tidb.sh
+#   TIDB_SUITES=0 TIDB_CHAOS=0 TIDB_BENCH=1 deploy/tidb/test-tidb.sh
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -41,12 +45,21 @@ step() { # name command...
   if "$@"; then echo "test-tidb: $name PASS in $((SECONDS - s))s"
   else echo "test-tidb: $name FAIL in $((SECONDS - s))s"; rc=1; fi
 }
-step "store+logic suites" go test -count=1 ./logic/...
-step "e2e suite" go test -count=1 -timeout 20m -parallel "${E2E_PARALLEL:-4}" -run "${TIDB_E2E_RUN:-.}" ./tests/e2e/
+if [ "${TIDB_SUITES:-1}" != 0 ]; then
+  step "store+logic suites" go test -count=1 ./logic/...
+  step "e2e suite" go test -count=1 -timeout 20m -parallel "${E2E_PARALLEL:-4}" -run "${TIDB_E2E_RUN:-.}" ./tests/e2e/
+fi
 if [ "${TIDB_CHAOS:-1}" != 0 ]; then
   go vet -tags chaos ./tests/chaos
-  step "chaos on TiDB" go test -count=1 -tags chaos -timeout 25m -run TestChaos ./tests/chaos
-  for f in "${SPARK_ARTIFACTS_DIR:-.run/artifacts}"/chaos/*/verdict.txt; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
+  # The kills and outages, the rolling restart and the checker's negative
+  # control; the Galera run has its own engine (make test-galera).
+  step "chaos on TiDB" go test -count=1 -tags chaos -timeout 25m \
+    -run 'TestChaos(KillsAndOutages|RollingRestart|CheckerFails)' ./tests/chaos
+  for f in "${SPARK_ARTIFACTS_DIR:-.run/artifacts}"/chaos/TestChaos{Kills,Rolling,Checker}*/verdict.txt; do [ -f "$f" ] && { echo "== $f"; cat "$f"; }; done
+fi
+if [ "${TIDB_BENCH:-0}" != 0 ]; then
+  go build -o bin/imbench ./bench/cmd/imbench
+  step "bench p2p on TiDB" bin/imbench -profile short -scenarios p2p -out bench/results/engines/tidb
 fi
 echo "test-tidb: total $((SECONDS - t0))s"
 exit $rc
