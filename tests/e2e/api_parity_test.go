@@ -302,6 +302,18 @@ func paritySteps(receiver string) []parityStep {
 			return &logicv1.EditMessageRequest{SenderId: b, MsgId: s.msg, Content: `{"t":1,"text":"not mine"}`}
 		}, code: 40301},
 		{method: "DeleteMessageForEveryone", req: in(&logicv1.DeleteMessageForEveryoneRequest{MsgId: 1}), code: 40401},
+		{method: "SendSignal", req: func(s *parityState) proto.Message {
+			return &logicv1.SendSignalRequest{SenderId: a, ConversationId: s.conv, Kind: "typing"}
+		}},
+		{method: "SendSignal", req: func(s *parityState) proto.Message {
+			return &logicv1.SendSignalRequest{SenderId: a, ConversationId: s.conv, Kind: "Not A Kind"}
+		}, code: 40001},
+		{method: "SendSignal", req: func(s *parityState) proto.Message {
+			return &logicv1.SendSignalRequest{SenderId: c, ConversationId: s.conv, Kind: "typing"}
+		}, code: 40301},
+		{method: "DeleteMessageForEveryone", req: in(&logicv1.DeleteMessageForEveryoneRequest{MsgId: 0}), code: 40001},
+		{method: "DeleteMessageForEveryone", req: in(&logicv1.DeleteMessageForEveryoneRequest{MsgId: 1, ConversationId: -1}), code: 40001},
+		{method: "EditMessage", req: in(&logicv1.EditMessageRequest{SenderId: a, MsgId: -1, Content: `{"t":1,"text":"x"}`}), code: 40001},
 		{method: "GetHistory", req: func(s *parityState) proto.Message {
 			return &logicv1.GetHistoryRequest{UserId: b, ConversationId: s.conv, Limit: 10}
 		}},

@@ -156,6 +156,11 @@ func TestBadInput(t *testing.T) {
 		{"media key of nobody", protocol.CmdMedia, `{"op":"complete","key":"img/0123456789012345678901"}`, errcode.NotFound},
 		{"media download of a negative id", protocol.CmdMedia, `{"op":"download","msg_id":"-5"}`, errcode.InvalidArgument},
 		{"media download of a forged id", protocol.CmdMedia, `{"op":"download","msg_id":"123456789"}`, errcode.NotFound},
+		{"edit without a message id", protocol.CmdEditMessage, `{"content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
+		{"edit of a negative id", protocol.CmdEditMessage, `{"msg_id":"-3","content":{"t":1,"text":"x"}}`, errcode.InvalidArgument},
+		{"edit of a forged id", protocol.CmdEditMessage, `{"msg_id":"123456789","content":{"t":1,"text":"x"}}`, errcode.NotFound},
+		{"edit with content that is not JSON", protocol.CmdEditMessage, `{"msg_id":"123456789","content":`, errcode.InvalidArgument},
+		{"sync of more than 100 ids", protocol.CmdSyncMessages, `{"conversation_id":"1","last_msg_id":"0","msg_ids":[` + strings.TrimSuffix(strings.Repeat(`"1",`, 101), ",") + `]}`, errcode.InvalidArgument},
 		{"image message carrying a URL", protocol.CmdSendMessage, `{"to_user_id":"8002","client_msg_id":"bad-8","message_type":2,"content":{"t":2,"url":"http://evil.example/x.png"}}`, errcode.InvalidArgument},
 	}
 	for _, tt := range requests {

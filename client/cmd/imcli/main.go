@@ -71,6 +71,7 @@ const helpText = `commands:
   /read <conv>            mark a conversation read up to its newest message
   /recall <msg>           recall one of your messages (within the recall window)
   /edit <msg> <text>      replace the text of one of your messages (within the edit window)
+  /typing <conv> [kind]   tell the conversation's online members you are typing (or send another signal kind)
   /delete-all <msg>       delete a group message for every member (group owner and admins)
   /reply <conv> <msg> <text>  reply to a message of a conversation, quoting it
   /sync                   catch up now (also runs after login and every reconnect)
@@ -391,6 +392,13 @@ func (a *app) pump(sess *client.Session, hint chan<- struct{}) {
 			a.kick = k.Reason
 			a.kickMu.Unlock()
 			continue
+		case protocol.CmdSignal:
+			if env, err := fr.Envelope(); err == nil {
+				var sg protocol.SignalPush
+				if json.Unmarshal(env.Data, &sg) == nil {
+					a.print(signalLine(sg))
+				}
+			}
 		case protocol.CmdRecallMessage, protocol.CmdDeleteMessage, protocol.CmdEditMessage:
 			if e, ok := a.runner.NotePush(fr); ok {
 				a.print(eventLine(e))
@@ -655,6 +663,21 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 			return false
 		}
 		a.printf("edited #%d (version %d)\n", mid, r.Version)
+	case "/typing":
+		cid, ok := idArg(1, "conv")
+		if !ok {
+			return false
+		}
+		kind := protocol.SignalTyping
+		if len(fields) > 2 {
+			kind = fields[2]
+		}
+		n, err := conn.Signal(ctx, cid, kind, nil)
+		if err != nil {
+			a.errorf("typing: %v", err)
+			return false
+		}
+		a.printf("%s sent to %d connections\n", kind, n)
 	case "/delete-all":
 		mid, ok := idArg(1, "msg")
 		if !ok {
@@ -1253,4 +1276,15 @@ func (a *app) fillEdits(ctx context.Context, conn *client.Conn, res *client.Sync
 			res.Events[i].Payload = p
 		}
 	}
+}
+
+// signalLine renders a SIGNAL push.
+func signalLine(sg protocol.SignalPush) string {
+	switch sg.Kind {
+	case protocol.SignalTyping:
+		return fmt.Sprintf("[conv %d] %d is typing…\n", sg.ConversationID, sg.SenderID)
+	case protocol.SignalTypingStop:
+		return fmt.Sprintf("[conv %d] %d stopped typing\n", sg.ConversationID, sg.SenderID)
+	}
+	return fmt.Sprintf("[conv %d] %d signals %s %s\n", sg.ConversationID, sg.SenderID, sg.Kind, sg.Payload)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/online"
 	"github.com/sparkim/spark/logic/internal/push"
 	"github.com/sparkim/spark/logic/internal/relation"
+	"github.com/sparkim/spark/logic/internal/signal"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/logic/internal/upstream"
 	"github.com/sparkim/spark/logic/internal/user"
@@ -56,6 +57,8 @@ type Services struct {
 	Upstream *upstream.Service
 	// Media signs uploads and downloads; nil answers them INTERNAL.
 	Media *media.Service
+	// Signals sends transient signals; nil answers SendSignal INTERNAL.
+	Signals *signal.Service
 }
 
 // Config is what the API needs from logic's configuration.
@@ -84,6 +87,7 @@ type Server struct {
 	hooks     *webhook.Service
 	upstream  *upstream.Service
 	media     *media.Service
+	signals   *signal.Service
 	notifier  Notifier
 	cfg       Config
 	log       *zap.Logger
@@ -98,6 +102,6 @@ func New(svc Services, cfg Config, notifier Notifier, log *zap.Logger) *Server {
 	return &Server{
 		store: svc.Store, users: svc.Users, relations: svc.Relations, groups: svc.Groups,
 		messages: svc.Messages, inbox: svc.Inbox, online: svc.Online, push: svc.Push, hooks: svc.Webhooks, upstream: svc.Upstream,
-		media: svc.Media, notifier: notifier, cfg: cfg, log: log,
+		media: svc.Media, signals: svc.Signals, notifier: notifier, cfg: cfg, log: log,
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/sparkim/spark/logic/internal/inbox"
 	"github.com/sparkim/spark/logic/internal/message"
+	"github.com/sparkim/spark/logic/internal/signal"
+	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/protocol"
 	logicv1 "github.com/sparkim/spark/proto/logic/v1"
 )
@@ -160,4 +162,26 @@ func historyMessage(m inbox.Message) *logicv1.HistoryMessage {
 		h.Version, h.EditedAtMs = int32(m.Version), m.EditedAt.UnixMilli()
 	}
 	return h
+}
+
+// SendSignal sends a transient signal into a conversation on a member's
+// behalf (pushed to every online device of the other members and of the
+// sender's own, never stored).
+func (s *Server) SendSignal(ctx context.Context, req *logicv1.SendSignalRequest) (*logicv1.SendSignalReply, error) {
+	if s.signals == nil {
+		return nil, s.statusOf("SendSignal", errcode.New(errcode.Internal, "signals are not configured"))
+	}
+	if err := positive("sender_id", req.SenderId); err != nil {
+		return nil, err
+	}
+	var payload []byte
+	if req.Payload != "" {
+		payload = []byte(req.Payload)
+	}
+	n, err := s.signals.Send(ctx, signal.Sender{UserID: req.SenderId},
+		signal.Request{ConversationID: req.ConversationId, Kind: req.Kind, Payload: payload})
+	if err != nil {
+		return nil, s.statusOf("SendSignal", err)
+	}
+	return &logicv1.SendSignalReply{Delivered: int32(n)}, nil
 }

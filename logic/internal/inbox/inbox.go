@@ -354,6 +354,14 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (HistoryPage, err
 	if err != nil {
 		return HistoryPage{}, err
 	}
+	if len(q.IDs) > store.MaxMessagesByID {
+		return HistoryPage{}, errcode.Invalid("msg_ids", fmt.Sprintf("at most %d ids", store.MaxMessagesByID))
+	}
+	for _, id := range q.IDs {
+		if id <= 0 {
+			return HistoryPage{}, errcode.Invalid("msg_ids", "ids are positive")
+		}
+	}
 	if _, err := s.store.GetMember(ctx, cid, q.UserID); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return HistoryPage{}, errcode.New(errcode.Forbidden, "not a member of the conversation")
@@ -427,14 +435,6 @@ func (s *Service) History(ctx context.Context, q HistoryQuery) (HistoryPage, err
 // byID reads the messages ids names (deduplicated, at most
 // store.MaxMessagesByID) as a page that ends where it began.
 func (s *Service) byID(ctx context.Context, cid int64, ids []int64) (store.Conversation, []store.Message, error) {
-	if len(ids) > store.MaxMessagesByID {
-		return store.Conversation{}, nil, errcode.Invalid("msg_ids", fmt.Sprintf("at most %d ids", store.MaxMessagesByID))
-	}
-	for _, id := range ids {
-		if id <= 0 {
-			return store.Conversation{}, nil, errcode.Invalid("msg_ids", "ids are positive")
-		}
-	}
 	conv, err := s.store.GetConversation(ctx, cid)
 	if err != nil {
 		return store.Conversation{}, nil, err

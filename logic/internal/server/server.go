@@ -327,10 +327,11 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 		return err
 	}
 	onlineSvc := online.New(rdb, gates, clients, kickTimeout, log)
+	signals := signal.New(sendCfg.Conversations, groupSvc, onlineSvc)
 	gw, err := gateway.NewServer(base, &gateway.Handler{
 		Auth: authSvc, Messages: sendSvc, Inbox: inboxSvc, MaxFrameSize: lc.MaxFrameSize, IDs: ids,
 		Relations: relSvc, Groups: groupSvc, Notifier: notifier, Push: pushTokens, Unacked: unacked, Upstream: upstreams,
-		Signals: signal.New(sendCfg.Conversations, groupSvc, onlineSvc), Media: mediaSvc,
+		Signals: signals, Media: mediaSvc,
 		Limits: limits, Log: log, Metrics: m, Timeout: lc.RequestTimeout,
 	}, gates, log)
 	if err != nil {
@@ -358,7 +359,7 @@ func Run(ctx context.Context, cfg *config.Config, log *zap.Logger) error {
 	logicv1.RegisterApiServer(gs, api.New(api.Services{
 		Store: st, Users: user.New(st, onlineSvc), Relations: relSvc, Groups: groupSvc,
 		Messages: sendSvc, Inbox: inboxSvc, Online: onlineSvc, Push: pushTokens, Webhooks: hooks, Upstream: upstreams,
-		Media: mediaSvc,
+		Media: mediaSvc, Signals: signals,
 	}, api.Config{JWTSecret: []byte(lc.JWTSecret), TokenTTL: lc.TokenTTL, SystemUserID: lc.SystemUserID},
 		notifier, log))
 	logicv1.RegisterInternalServer(gs, internalapi.New(mb, groupSvc, log))

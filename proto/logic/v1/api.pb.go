@@ -5007,6 +5007,123 @@ func (x *EditMessageReply) GetEditedAtMs() int64 {
 	return 0
 }
 
+type SendSignalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// sender_id is the member on whose behalf the signal is sent.
+	SenderId       int64 `protobuf:"varint,1,opt,name=sender_id,json=senderId,proto3" json:"sender_id,omitempty"`
+	ConversationId int64 `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// kind is "typing", "typing_stop" or the application's own (1-32
+	// characters a-z 0-9 _ . starting with a letter).
+	Kind string `protobuf:"bytes,3,opt,name=kind,proto3" json:"kind,omitempty"`
+	// payload, optional, is a JSON object of at most 1 KiB.
+	Payload       string `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendSignalRequest) Reset() {
+	*x = SendSignalRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendSignalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendSignalRequest) ProtoMessage() {}
+
+func (x *SendSignalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendSignalRequest.ProtoReflect.Descriptor instead.
+func (*SendSignalRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *SendSignalRequest) GetSenderId() int64 {
+	if x != nil {
+		return x.SenderId
+	}
+	return 0
+}
+
+func (x *SendSignalRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *SendSignalRequest) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *SendSignalRequest) GetPayload() string {
+	if x != nil {
+		return x.Payload
+	}
+	return ""
+}
+
+type SendSignalReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// delivered counts the device connections the push was queued for.
+	Delivered     int32 `protobuf:"varint,1,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendSignalReply) Reset() {
+	*x = SendSignalReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendSignalReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendSignalReply) ProtoMessage() {}
+
+func (x *SendSignalReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendSignalReply.ProtoReflect.Descriptor instead.
+func (*SendSignalReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *SendSignalReply) GetDelivered() int32 {
+	if x != nil {
+		return x.Delivered
+	}
+	return 0
+}
+
 var File_logic_v1_api_proto protoreflect.FileDescriptor
 
 const file_logic_v1_api_proto_rawDesc = "" +
@@ -5385,11 +5502,18 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x05R\aversion\x12 \n" +
 	"\fedited_at_ms\x18\x04 \x01(\x03R\n" +
-	"editedAtMs*N\n" +
+	"editedAtMs\"\x87\x01\n" +
+	"\x11SendSignalRequest\x12\x1b\n" +
+	"\tsender_id\x18\x01 \x01(\x03R\bsenderId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x12\n" +
+	"\x04kind\x18\x03 \x01(\tR\x04kind\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\tR\apayload\"/\n" +
+	"\x0fSendSignalReply\x12\x1c\n" +
+	"\tdelivered\x18\x01 \x01(\x05R\tdelivered*N\n" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xc2,\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xc0-\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -5424,7 +5548,9 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\bGetGroup\x12\x12.logic.v1.GroupRef\x1a\x0f.logic.v1.Group\"\x1d\x82\xd3\xe4\x93\x02\x17\x12\x15/v1/groups/{group_id}\x12}\n" +
 	"\x10ListGroupMembers\x12!.logic.v1.ListGroupMembersRequest\x1a\x1f.logic.v1.ListGroupMembersReply\"%\x82\xd3\xe4\x93\x02\x1f\x12\x1d/v1/groups/{group_id}/members\x12`\n" +
 	"\vSendMessage\x12\x1c.logic.v1.SendMessageRequest\x1a\x1a.logic.v1.SendMessageReply\"\x17\x82\xd3\xe4\x93\x02\x11:\x01*\"\f/v1/messages\x12\x97\x01\n" +
-	"\x18DeleteMessageForEveryone\x12).logic.v1.DeleteMessageForEveryoneRequest\x1a'.logic.v1.DeleteMessageForEveryoneReply\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/messages/{msg_id}:delete\x12n\n" +
+	"\x18DeleteMessageForEveryone\x12).logic.v1.DeleteMessageForEveryoneRequest\x1a'.logic.v1.DeleteMessageForEveryoneReply\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/messages/{msg_id}:delete\x12|\n" +
+	"\n" +
+	"SendSignal\x12\x1b.logic.v1.SendSignalRequest\x1a\x19.logic.v1.SendSignalReply\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/conversations/{conversation_id}/signals\x12n\n" +
 	"\vEditMessage\x12\x1c.logic.v1.EditMessageRequest\x1a\x1a.logic.v1.EditMessageReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/messages/{msg_id}:edit\x12\x8a\x01\n" +
 	"\n" +
 	"GetHistory\x12\x1b.logic.v1.GetHistoryRequest\x1a\x19.logic.v1.GetHistoryReply\"D\x82\xd3\xe4\x93\x02>\x12</v1/users/{user_id}/conversations/{conversation_id}/messages\x12U\n" +
@@ -5462,7 +5588,7 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 79)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_logic_v1_api_proto_goTypes = []any{
 	(GroupRole)(0),                          // 0: logic.v1.GroupRole
 	(*UpsertUserRequest)(nil),               // 1: logic.v1.UpsertUserRequest
@@ -5543,7 +5669,9 @@ var file_logic_v1_api_proto_goTypes = []any{
 	(*GetDownloadUrlReply)(nil),             // 76: logic.v1.GetDownloadUrlReply
 	(*EditMessageRequest)(nil),              // 77: logic.v1.EditMessageRequest
 	(*EditMessageReply)(nil),                // 78: logic.v1.EditMessageReply
-	nil,                                     // 79: logic.v1.CreateUploadReply.HeadersEntry
+	(*SendSignalRequest)(nil),               // 79: logic.v1.SendSignalRequest
+	(*SendSignalReply)(nil),                 // 80: logic.v1.SendSignalReply
+	nil,                                     // 81: logic.v1.CreateUploadReply.HeadersEntry
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -5558,7 +5686,7 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	51, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
 	59, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
 	67, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
-	79, // 12: logic.v1.CreateUploadReply.headers:type_name -> logic.v1.CreateUploadReply.HeadersEntry
+	81, // 12: logic.v1.CreateUploadReply.headers:type_name -> logic.v1.CreateUploadReply.HeadersEntry
 	1,  // 13: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
 	2,  // 14: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
 	4,  // 15: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
@@ -5587,80 +5715,82 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	31, // 38: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
 	34, // 39: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
 	36, // 40: logic.v1.Api.DeleteMessageForEveryone:input_type -> logic.v1.DeleteMessageForEveryoneRequest
-	77, // 41: logic.v1.Api.EditMessage:input_type -> logic.v1.EditMessageRequest
-	38, // 42: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
-	41, // 43: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
-	42, // 44: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
-	44, // 45: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	48, // 46: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
-	50, // 47: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	53, // 48: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
-	54, // 49: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
-	56, // 50: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
-	57, // 51: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
-	58, // 52: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
-	60, // 53: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
-	62, // 54: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	63, // 55: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
-	64, // 56: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
-	62, // 57: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	71, // 58: logic.v1.Api.CreateUpload:input_type -> logic.v1.CreateUploadRequest
-	73, // 59: logic.v1.Api.CompleteUpload:input_type -> logic.v1.CompleteUploadRequest
-	75, // 60: logic.v1.Api.GetDownloadUrl:input_type -> logic.v1.GetDownloadUrlRequest
-	66, // 61: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
-	69, // 62: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
-	3,  // 63: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 64: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 65: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 66: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 67: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 68: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 69: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 70: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 71: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 72: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 73: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 74: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 75: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 76: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 77: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 78: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 79: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 80: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 81: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 82: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 83: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 84: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 85: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 86: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 87: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 88: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 89: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	37, // 90: logic.v1.Api.DeleteMessageForEveryone:output_type -> logic.v1.DeleteMessageForEveryoneReply
-	78, // 91: logic.v1.Api.EditMessage:output_type -> logic.v1.EditMessageReply
-	40, // 92: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	43, // 93: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	43, // 94: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	47, // 95: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	49, // 96: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
-	52, // 97: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	55, // 98: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
-	55, // 99: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
-	56, // 100: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
-	56, // 101: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
-	59, // 102: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	61, // 103: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
-	59, // 104: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	59, // 105: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
-	59, // 106: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	65, // 107: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
-	72, // 108: logic.v1.Api.CreateUpload:output_type -> logic.v1.CreateUploadReply
-	74, // 109: logic.v1.Api.CompleteUpload:output_type -> logic.v1.MediaObject
-	76, // 110: logic.v1.Api.GetDownloadUrl:output_type -> logic.v1.GetDownloadUrlReply
-	68, // 111: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
-	70, // 112: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
-	63, // [63:113] is the sub-list for method output_type
-	13, // [13:63] is the sub-list for method input_type
+	79, // 41: logic.v1.Api.SendSignal:input_type -> logic.v1.SendSignalRequest
+	77, // 42: logic.v1.Api.EditMessage:input_type -> logic.v1.EditMessageRequest
+	38, // 43: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	41, // 44: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	42, // 45: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	44, // 46: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	48, // 47: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
+	50, // 48: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	53, // 49: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	54, // 50: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	56, // 51: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	57, // 52: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	58, // 53: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
+	60, // 54: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
+	62, // 55: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	63, // 56: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
+	64, // 57: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
+	62, // 58: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	71, // 59: logic.v1.Api.CreateUpload:input_type -> logic.v1.CreateUploadRequest
+	73, // 60: logic.v1.Api.CompleteUpload:input_type -> logic.v1.CompleteUploadRequest
+	75, // 61: logic.v1.Api.GetDownloadUrl:input_type -> logic.v1.GetDownloadUrlRequest
+	66, // 62: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
+	69, // 63: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
+	3,  // 64: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 65: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 66: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 67: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 68: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 69: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 70: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 71: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 72: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 73: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 74: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 75: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 76: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 77: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 78: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 79: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 80: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 81: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 82: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 83: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 84: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 85: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 86: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 87: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 88: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 89: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 90: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	37, // 91: logic.v1.Api.DeleteMessageForEveryone:output_type -> logic.v1.DeleteMessageForEveryoneReply
+	80, // 92: logic.v1.Api.SendSignal:output_type -> logic.v1.SendSignalReply
+	78, // 93: logic.v1.Api.EditMessage:output_type -> logic.v1.EditMessageReply
+	40, // 94: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	43, // 95: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	43, // 96: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	47, // 97: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	49, // 98: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
+	52, // 99: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	55, // 100: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	55, // 101: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	56, // 102: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	56, // 103: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	59, // 104: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	61, // 105: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
+	59, // 106: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	59, // 107: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
+	59, // 108: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	65, // 109: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
+	72, // 110: logic.v1.Api.CreateUpload:output_type -> logic.v1.CreateUploadReply
+	74, // 111: logic.v1.Api.CompleteUpload:output_type -> logic.v1.MediaObject
+	76, // 112: logic.v1.Api.GetDownloadUrl:output_type -> logic.v1.GetDownloadUrlReply
+	68, // 113: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
+	70, // 114: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
+	64, // [64:115] is the sub-list for method output_type
+	13, // [13:64] is the sub-list for method input_type
 	13, // [13:13] is the sub-list for extension type_name
 	13, // [13:13] is the sub-list for extension extendee
 	0,  // [0:13] is the sub-list for field type_name
@@ -5679,7 +5809,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   79,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,6 +47,7 @@ const (
 	Api_ListGroupMembers_FullMethodName         = "/logic.v1.Api/ListGroupMembers"
 	Api_SendMessage_FullMethodName              = "/logic.v1.Api/SendMessage"
 	Api_DeleteMessageForEveryone_FullMethodName = "/logic.v1.Api/DeleteMessageForEveryone"
+	Api_SendSignal_FullMethodName               = "/logic.v1.Api/SendSignal"
 	Api_EditMessage_FullMethodName              = "/logic.v1.Api/EditMessage"
 	Api_GetHistory_FullMethodName               = "/logic.v1.Api/GetHistory"
 	Api_PushToUsers_FullMethodName              = "/logic.v1.Api/PushToUsers"
@@ -150,6 +151,10 @@ type ApiClient interface {
 	// message.deleted webhook event is recorded. Deleting again answers the
 	// same and changes nothing.
 	DeleteMessageForEveryone(ctx context.Context, in *DeleteMessageForEveryoneRequest, opts ...grpc.CallOption) (*DeleteMessageForEveryoneReply, error)
+	// SendSignal sends a transient signal (typing, or the application's own
+	// kind) into a conversation on a member's behalf, as SIGNAL does for a
+	// device: pushed to the members' online devices, never stored.
+	SendSignal(ctx context.Context, in *SendSignalRequest, opts ...grpc.CallOption) (*SendSignalReply, error)
 	// EditMessage replaces the content of a text message by its sender,
 	// within logic.edit_window, as EDIT_MESSAGE does for a device: the
 	// members' devices get the new version live, offline ones by sync.
@@ -509,6 +514,16 @@ func (c *apiClient) DeleteMessageForEveryone(ctx context.Context, in *DeleteMess
 	return out, nil
 }
 
+func (c *apiClient) SendSignal(ctx context.Context, in *SendSignalRequest, opts ...grpc.CallOption) (*SendSignalReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SendSignalReply)
+	err := c.cc.Invoke(ctx, Api_SendSignal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *apiClient) EditMessage(ctx context.Context, in *EditMessageRequest, opts ...grpc.CallOption) (*EditMessageReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EditMessageReply)
@@ -808,6 +823,10 @@ type ApiServer interface {
 	// message.deleted webhook event is recorded. Deleting again answers the
 	// same and changes nothing.
 	DeleteMessageForEveryone(context.Context, *DeleteMessageForEveryoneRequest) (*DeleteMessageForEveryoneReply, error)
+	// SendSignal sends a transient signal (typing, or the application's own
+	// kind) into a conversation on a member's behalf, as SIGNAL does for a
+	// device: pushed to the members' online devices, never stored.
+	SendSignal(context.Context, *SendSignalRequest) (*SendSignalReply, error)
 	// EditMessage replaces the content of a text message by its sender,
 	// within logic.edit_window, as EDIT_MESSAGE does for a device: the
 	// members' devices get the new version live, offline ones by sync.
@@ -970,6 +989,9 @@ func (UnimplementedApiServer) SendMessage(context.Context, *SendMessageRequest) 
 }
 func (UnimplementedApiServer) DeleteMessageForEveryone(context.Context, *DeleteMessageForEveryoneRequest) (*DeleteMessageForEveryoneReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method DeleteMessageForEveryone not implemented")
+}
+func (UnimplementedApiServer) SendSignal(context.Context, *SendSignalRequest) (*SendSignalReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method SendSignal not implemented")
 }
 func (UnimplementedApiServer) EditMessage(context.Context, *EditMessageRequest) (*EditMessageReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method EditMessage not implemented")
@@ -1562,6 +1584,24 @@ func _Api_DeleteMessageForEveryone_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_SendSignal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SendSignalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).SendSignal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_SendSignal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).SendSignal(ctx, req.(*SendSignalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Api_EditMessage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EditMessageRequest)
 	if err := dec(in); err != nil {
@@ -2076,6 +2116,10 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeleteMessageForEveryone",
 			Handler:    _Api_DeleteMessageForEveryone_Handler,
+		},
+		{
+			MethodName: "SendSignal",
+			Handler:    _Api_SendSignal_Handler,
 		},
 		{
 			MethodName: "EditMessage",

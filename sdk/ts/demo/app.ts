@@ -319,6 +319,29 @@ $("file").addEventListener("change", () => {
     });
 });
 
+// Typing: "typing" at most every 3 s while the user types into an open
+// conversation; another member's shows for 5 s or until they stop.
+const typingUntil = new Map<Id, number>();
+let lastTyping = 0;
+function renderTyping(): void {
+  const cid = open && "cid" in open ? open.cid : "";
+  const now = Date.now();
+  const who = [...typingUntil].filter(([key, until]) => key.startsWith(cid + "/") && until > now).map(([key]) => key.split("/")[1]);
+  $("typing").textContent = who.length > 0 ? `${who.join(", ")} typing…` : "";
+}
+$("text").addEventListener("input", () => {
+  if (!open || !("cid" in open) || Date.now() - lastTyping < 3000) return;
+  lastTyping = Date.now();
+  client.signal(open.cid, "typing").catch((e: Error) => console.warn("demo: typing", e.message));
+});
+client.on("signal", (sg) => {
+  const key = `${sg.conversation_id}/${sg.sender_id}`;
+  if (sg.kind === "typing") typingUntil.set(key, Date.now() + 5000);
+  else if (sg.kind === "typing_stop") typingUntil.delete(key);
+  renderTyping();
+  setTimeout(renderTyping, 5100);
+});
+
 client.on("state", (s, detail) => {
   const el = $("state");
   el.dataset.state = s;
@@ -326,6 +349,8 @@ client.on("state", (s, detail) => {
   renderMessages();
 });
 client.on("message", (m, source) => {
+  typingUntil.delete(`${m.conversation_id}/${m.sender_id}`);
+  renderTyping();
   log.push({ msg_id: m.msg_id, conversation_id: m.conversation_id, source });
   if (open && "cid" in open && open.cid === m.conversation_id) {
     renderMessages();

@@ -28,6 +28,7 @@ import {
   type MediaKind,
   type MediaObject,
   type MediaUpload,
+  type SignalPush,
   type Message,
   type PushPreview,
   type PushToken,
@@ -188,6 +189,8 @@ export interface SparkEvents {
   deletedForEveryone: (conversationId: Id, msgId: Id) => void;
   /** Its sender edited a message: the cached copy has the new content, version and edited_at. */
   edit: (conversationId: Id, msgId: Id) => void;
+  /** A transient signal of another member's device (SIGNAL 32: "typing", "typing_stop" or the application's own kind). */
+  signal: (s: SignalPush) => void;
   /**
    * The server kicked this device; the client will not reconnect by itself.
    * Not emitted for KICK "server_shutdown" (a gate stopping), after which
@@ -308,6 +311,7 @@ export class SparkClient {
     recall: new Set(),
     deletedForEveryone: new Set(),
     edit: new Set(),
+    signal: new Set(),
     delete: new Set(),
     kick: new Set(),
     synced: new Set(),
@@ -682,6 +686,15 @@ export class SparkClient {
       case Cmd.RECALL_MESSAGE:
         this.applyRecall(idOf(d.conversation_id), idOf(d.msg_id));
         this.persist();
+        return;
+      case Cmd.SIGNAL:
+        this.emit("signal", {
+          conversation_id: idOf(d.conversation_id),
+          sender_id: idOf(d.sender_id),
+          device_id: typeof d.device_id === "string" ? d.device_id : "",
+          kind: typeof d.kind === "string" ? d.kind : "",
+          payload: d.payload && typeof d.payload === "object" ? (d.payload as Record<string, unknown>) : undefined,
+        });
         return;
       case Cmd.EDIT_MESSAGE:
         if (typeof d.version === "number" && d.content && typeof d.content === "object") {
@@ -1185,6 +1198,18 @@ export class SparkClient {
     this.applyEdit(conversationId, msgId, r.data.version, r.data.edited_at, content);
     this.persist();
     return r.data.version;
+  }
+
+  /**
+   * Sends a transient signal into a conversation (SIGNAL 32): "typing"
+   * every few seconds while the user types, "typing_stop" when they stop,
+   * or the application's own kind with an optional payload (at most
+   * 1 KiB). Never stored; resolves with how many other connections it
+   * was queued for.
+   */
+  async signal(conversationId: Id, kind: string, payload?: Record<string, unknown>): Promise<number> {
+    const r = await this.request<{ delivered: number }>(Cmd.SIGNAL, payload ? { conversation_id: conversationId, kind, payload } : { conversation_id: conversationId, kind });
+    return r.data.delivered;
   }
 
   async markRead(conversationId: Id): Promise<void> {

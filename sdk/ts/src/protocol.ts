@@ -100,6 +100,15 @@ export interface MediaDownload {
   expires_at: number;
 }
 
+/** A SIGNAL (32) push: another member's device is typing, or sent the application's own transient signal. */
+export interface SignalPush {
+  conversation_id: Id;
+  sender_id: Id;
+  device_id: string;
+  kind: string;
+  payload?: Record<string, unknown>;
+}
+
 /** What the user's notifications show. */
 export type PushPreview = "full" | "sender" | "none";
 

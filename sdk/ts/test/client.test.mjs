@@ -574,3 +574,22 @@ test("an EDIT_MESSAGE push replaces the cached content once per version; an EDIT
   assert.equal(c.messages("31")[0].version, 2);
   c.close();
 });
+
+test("signal sends SIGNAL with its kind and payload; a SIGNAL push is the signal event", async () => {
+  const gate = new Gate();
+  gate.handlers[Cmd.SYNC_INBOX] = (s, f) => s.reply(f, Cmd.SYNC_INBOX_FINISH, { conversations: [], events: [], dialog_cursor: "d", mailbox_seq: "0" });
+  gate.handlers[Cmd.SIGNAL] = (s, f) => s.reply(f, Cmd.SIGNAL, { delivered: 2 });
+  const { c } = newClient(gate);
+  const seen = [];
+  c.on("signal", (sg) => seen.push(sg));
+  c.connect();
+  await until("online", () => c.state === "online");
+  assert.equal(await c.signal("41", "typing"), 2);
+  assert.equal(await c.signal("41", "game.move", { x: 1 }), 2);
+  const sent = gate.sent(Cmd.SIGNAL).map((f) => JSON.parse(new TextDecoder().decode(f.body)));
+  assert.deepEqual(sent, [{ conversation_id: "41", kind: "typing" }, { conversation_id: "41", kind: "game.move", payload: { x: 1 } }]);
+  gate.last.push(Cmd.SIGNAL, { conversation_id: "41", sender_id: "1002", device_id: "phone", kind: "typing" }, 0);
+  await until("signal event", () => seen.length === 1);
+  assert.deepEqual(seen[0], { conversation_id: "41", sender_id: "1002", device_id: "phone", kind: "typing", payload: undefined });
+  c.close();
+});
