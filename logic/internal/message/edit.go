@@ -152,18 +152,8 @@ func (s *Service) Edit(ctx context.Context, from Sender, req EditRequest) (*Edit
 // hookEdit asks the before-send hook about an edit as about a send (its
 // edit_of names the message), returning the content to store.
 func (s *Service) hookEdit(ctx context.Context, kind sendhook.Kind, from Sender, conv conversation.Conversation, req *SendRequest, msgID int64, content []byte) ([]byte, error) {
-	msg := &sendhook.Message{
-		Kind: "p2p", Origin: "client", SenderID: from.UserID, DeviceID: from.DeviceID, System: from.System,
-		ConversationID: conv.ID, ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content, EditOf: msgID,
-	}
-	if from.API {
-		msg.Origin = "api"
-	}
-	if conv.Type == protocol.ConversationGroup {
-		msg.Kind, msg.GroupID = "group", conv.GroupID
-	} else {
-		msg.ToUserID = conv.Peer(from.UserID)
-	}
+	msg := hookMessage(from, conv, req, content)
+	msg.EditOf = msgID
 	return s.cfg.BeforeSend.Check(ctx, kind, msg, func(raw json.RawMessage) ([]byte, error) {
 		c, err := s.checkContent(req, raw)
 		if err == nil && protocol.HasReplyKey(c) {

@@ -220,6 +220,24 @@ func (s *Service) checkContent(req *SendRequest, raw json.RawMessage) ([]byte, e
 	return content, nil
 }
 
+// hookMessage is what the before-send hook is told about a send (or an
+// edit: the caller sets EditOf) of content by from into conv.
+func hookMessage(from Sender, conv conversation.Conversation, req *SendRequest, content []byte) *sendhook.Message {
+	msg := &sendhook.Message{
+		Kind: "p2p", Origin: "client", SenderID: from.UserID, DeviceID: from.DeviceID, System: from.System,
+		ConversationID: conv.ID, ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
+	}
+	if from.API {
+		msg.Origin = "api"
+	}
+	if conv.Type == protocol.ConversationGroup {
+		msg.Kind, msg.GroupID = "group", conv.GroupID
+	} else {
+		msg.ToUserID = conv.Peer(from.UserID)
+	}
+	return msg
+}
+
 // hookKind is the before-send hook's switch covering a send, and whether
 // the hook is on for it.
 func (s *Service) hookKind(from Sender, conv conversation.Conversation) (sendhook.Kind, bool) {
@@ -258,18 +276,7 @@ func (s *Service) beforeSend(ctx context.Context, kind sendhook.Kind, from Sende
 	case err != nil && !errors.Is(err, store.ErrNotFound):
 		return nil, nil, errcode.Unavailable("idempotency lookup", err)
 	}
-	msg := &sendhook.Message{
-		Kind: "p2p", Origin: "client", SenderID: from.UserID, DeviceID: from.DeviceID, System: from.System,
-		ConversationID: conv.ID, ClientMsgID: req.ClientMsgID, MessageType: req.MessageType, Content: content,
-	}
-	if from.API {
-		msg.Origin = "api"
-	}
-	if conv.Type == protocol.ConversationGroup {
-		msg.Kind, msg.GroupID = "group", conv.GroupID
-	} else {
-		msg.ToUserID = conv.Peer(from.UserID)
-	}
+	msg := hookMessage(from, conv, req, content)
 	out, err := s.cfg.BeforeSend.Check(ctx, kind, msg, func(raw json.RawMessage) ([]byte, error) {
 		return s.checkContent(req, raw)
 	})

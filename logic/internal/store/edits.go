@@ -78,15 +78,8 @@ func (s *Store) editOnce(ctx context.Context, msgID, conversationID, userID int6
 		return Edited{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	q, args := "SELECT "+messageReadColumns+" FROM t_messages WHERE id = ?", []any{msgID}
-	if conversationID != 0 {
-		q, args = q+" AND conversation_id = ?", append(args, conversationID)
-	}
-	var m Message
-	err = tx.GetContext(ctx, &m, q+" FOR UPDATE", args...)
+	m, err := lockMessage(ctx, tx, msgID, conversationID)
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return Edited{}, ErrNotFound
 	case err != nil:
 		return Edited{}, err
 	case m.SenderID != userID:

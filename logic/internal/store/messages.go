@@ -202,13 +202,32 @@ var (
 	ErrRecallWindow = errors.New("store: recall window passed")
 )
 
-// GetMessage reads a message by id; conversationID, when non-zero, must
-// match. ErrNotFound when there is no such message.
-func (s *Store) GetMessage(ctx context.Context, msgID, conversationID int64) (Message, error) {
+// messageQuery is the SELECT of message msgID, of conversationID when it
+// is not 0.
+func messageQuery(msgID, conversationID int64) (string, []any) {
 	q, args := "SELECT "+messageReadColumns+" FROM t_messages WHERE id = ?", []any{msgID}
 	if conversationID != 0 {
 		q, args = q+" AND conversation_id = ?", append(args, conversationID)
 	}
+	return q, args
+}
+
+// lockMessage reads message msgID (of conversationID when not 0) under its
+// row lock, for a change of it; ErrNotFound when there is none.
+func lockMessage(ctx context.Context, tx *sqlx.Tx, msgID, conversationID int64) (Message, error) {
+	q, args := messageQuery(msgID, conversationID)
+	var m Message
+	err := tx.GetContext(ctx, &m, q+" FOR UPDATE", args...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return Message{}, ErrNotFound
+	}
+	return m, err
+}
+
+// GetMessage reads a message by id; conversationID, when non-zero, must
+// match. ErrNotFound when there is no such message.
+func (s *Store) GetMessage(ctx context.Context, msgID, conversationID int64) (Message, error) {
+	q, args := messageQuery(msgID, conversationID)
 	var m Message
 	err := s.db.GetContext(ctx, &m, q, args...)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -359,15 +378,7 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID int64, w w
 		return Recall{}, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	q, args := "SELECT "+messageReadColumns+" FROM t_messages WHERE id = ?", []any{msgID}
-	if conversationID != 0 {
-		q, args = q+" AND conversation_id = ?", append(args, conversationID)
-	}
-	var m Message
-	err = tx.GetContext(ctx, &m, q+" FOR UPDATE", args...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return Recall{}, ErrNotFound
-	}
+	m, err := lockMessage(ctx, tx, msgID, conversationID)
 	if err != nil {
 		return Recall{}, err
 	}
