@@ -19,6 +19,7 @@ import (
 	"github.com/go-viper/mapstructure/v2"
 	"github.com/spf13/viper"
 
+	"github.com/sparkim/spark/pkg/protocol"
 	"github.com/sparkim/spark/pkg/stdwebhook"
 )
 
@@ -293,6 +294,11 @@ type Logic struct {
 	// EditWindow is how long after sending the sender may edit a text
 	// message (EDIT_MESSAGE, 24).
 	EditWindow time.Duration `mapstructure:"edit_window"`
+	// ReactionKinds is the most different emojis one message may carry
+	// (REACTION, 25), at most 50 so a message's counts fit any page;
+	// ReactionsPerUser the most of them one user may add to it.
+	ReactionKinds    int `mapstructure:"reaction_kinds"`
+	ReactionsPerUser int `mapstructure:"reactions_per_user"`
 	// CommitWorkers is the number of group-commit workers of the send
 	// path (each runs one transaction at a time, taking the sends waiting
 	// at that moment), CommitBatch the most sends one transaction takes.
@@ -724,12 +730,14 @@ func Default() *Config {
 				AuthFailureWindow: 5 * time.Minute,
 				AuthBlock:         5 * time.Minute,
 			},
-			RecallWindow:    2 * time.Minute,
-			EditWindow:      48 * time.Hour,
-			CommitWorkers:   4,
-			CommitBatch:     256,
-			GroupMaxMembers: 10000,
-			MaxFrameSize:    64 << 10,
+			RecallWindow:     2 * time.Minute,
+			EditWindow:       48 * time.Hour,
+			ReactionKinds:    20,
+			ReactionsPerUser: 10,
+			CommitWorkers:    4,
+			CommitBatch:      256,
+			GroupMaxMembers:  10000,
+			MaxFrameSize:     64 << 10,
 			// Below gate.request_timeout (10 s): see Validate.
 			RequestTimeout: 8 * time.Second,
 			P2PPolicy:      P2POpen,
@@ -1015,6 +1023,12 @@ func (l Logic) Validate() error {
 	}
 	if l.GroupMaxMembers < 1 {
 		errs = append(errs, errors.New("config: logic.group_max_members must be at least 1"))
+	}
+	if l.ReactionKinds < 1 || l.ReactionKinds > protocol.MaxReactionKinds {
+		errs = append(errs, fmt.Errorf("config: logic.reaction_kinds is %d; want 1 to %d", l.ReactionKinds, protocol.MaxReactionKinds))
+	}
+	if l.ReactionsPerUser < 1 || l.ReactionsPerUser > l.ReactionKinds {
+		errs = append(errs, fmt.Errorf("config: logic.reactions_per_user is %d; want 1 to logic.reaction_kinds (%d)", l.ReactionsPerUser, l.ReactionKinds))
 	}
 	if l.SystemUserID < 1 {
 		errs = append(errs, errors.New("config: logic.system_user_id must be a positive user id"))

@@ -19,12 +19,18 @@ const (
 	NotAuthed       Code = "40102"
 	Forbidden       Code = "40301"
 	Rejected        Code = "40302"
-	NotFound        Code = "40401"
-	Conflict        Code = "40901"
-	TooLarge        Code = "41301"
-	RateLimited     Code = "42901"
-	Internal        Code = "50001"
-	Busy            Code = "50301"
+	// LimitReached: a configured cap is reached (the emojis on a message,
+	// one user's reactions to it); nothing changed.
+	LimitReached Code = "40303"
+	NotFound     Code = "40401"
+	Conflict     Code = "40901"
+	// Duplicate: what the request adds exists already (a reaction the
+	// user has); nothing changed.
+	Duplicate   Code = "40902"
+	TooLarge    Code = "41301"
+	RateLimited Code = "42901"
+	Internal    Code = "50001"
+	Busy        Code = "50301"
 )
 
 var messages = map[Code]string{
@@ -34,8 +40,10 @@ var messages = map[Code]string{
 	NotAuthed:       "not authenticated",
 	Forbidden:       "forbidden",
 	Rejected:        "rejected by the business server",
+	LimitReached:    "limit reached",
 	NotFound:        "not found",
 	Conflict:        "conflict",
+	Duplicate:       "duplicate",
 	TooLarge:        "too large",
 	RateLimited:     "rate limited",
 	Internal:        "internal error",
@@ -44,7 +52,7 @@ var messages = map[Code]string{
 
 // All lists every code in table order, for documentation and tests.
 func All() []Code {
-	return []Code{OK, InvalidArgument, BadToken, NotAuthed, Forbidden, Rejected, NotFound, Conflict, TooLarge, RateLimited, Internal, Busy}
+	return []Code{OK, InvalidArgument, BadToken, NotAuthed, Forbidden, Rejected, LimitReached, NotFound, Conflict, Duplicate, TooLarge, RateLimited, Internal, Busy}
 }
 
 // Message is the default human-readable text of c.

@@ -62,12 +62,19 @@ const (
 	// "edited_at"}` and pushed with the new content (EditPush) to the
 	// members' other devices; offline ones get mailbox event EDIT (7).
 	CmdEditMessage uint16 = 24
+	// CmdReaction (ours, request and push): emoji reactions to a message,
+	// `{"op", …}` (ReactionRequest; the ReactionOp* ops): add and remove
+	// answer the emoji's count and push ReactionPush to the members'
+	// other devices (offline ones get mailbox event REACTION, 8); get
+	// answers the counts and "reacted by me" of up to 100 messages, users
+	// a page of who reacted with one emoji (decision 107).
+	CmdReaction uint16 = 25
 	// CmdSignal (ours, request and push): a transient signal into a
 	// conversation — typing or the application's own — `{"conversation_id",
 	// "kind","payload"?}` (SignalRequest), answered `{"delivered"}` and
 	// pushed as `{"conversation_id","sender_id","device_id","kind",
 	// "payload"?}` (SignalPush) to the other online devices of its members;
-	// never stored (decision 102). 25–31 are reserved for other issue-24
+	// never stored (decision 102). 26–31 are reserved for other issue-24
 	// commands, so the numbers have a gap.
 	CmdSignal uint16 = 32
 )
@@ -106,8 +113,11 @@ const (
 	// EventEdit: msg_id of conversation_id was edited; the payload is the
 	// EDIT_MESSAGE push (EditPush), the new content included.
 	EventEdit = 7
+	// EventReaction: a member added or removed a reaction to msg_id of
+	// conversation_id; the payload is the REACTION push (ReactionPush).
+	EventReaction = 8
 )
 
 // MaxEventType is the highest mailbox event type; the mailbox refuses
 // others.
-const MaxEventType = EventEdit
+const MaxEventType = EventReaction

@@ -945,6 +945,51 @@ func TestGroupRecallDoesMemberWork(t *testing.T) {
 	}
 }
 
+// A group reaction's SIGNAL job asks for the members' events but keeps
+// their list entries (keep_lists): a reaction shows in no preview, and a
+// 10,000-member group's lists must not all be recomputed for one.
+func TestGroupReactionKeepsListsAndRecordsEvents(t *testing.T) {
+	rdb := gatetest.Redis(t)
+	ctx := context.Background()
+	gatetest.Start(t, rdb, "g1", secret)
+	const cid = 42
+	for _, uid := range []int64{31, 32} {
+		seedState(t, rdb, uid, cid, dialog.State{Type: 2, GroupID: 4, LastMsgID: 10, Base: 10})
+	}
+	lg := gatetest.StartLogic(t, secret)
+	lc, err := logicclient.New([]string{lg.Addr}, secret, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = lc.Close() })
+	f := mustNew(t, rdb, gatetest.Pool(t, rdb, secret), lc, 2*time.Second, zap.NewNop(), metrics.New(prometheus.NewRegistry()))
+	f.SetMembers(&groupMembers{ids: []int64{31, 32}})
+	payload := `{"msg_id":"10","conversation_id":"42","user_id":"31","emoji":"👍","added":true,"count":1}`
+	if err := f.Process(ctx, cid, &queuev1.DeliverJob{Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: 25, MsgId: 10, ConversationId: cid,
+		ConversationType: 2, SenderId: 31, SenderDevice: "d", PushData: []byte(payload), MailboxEventType: 8, KeepLists: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, uid := range []int64{31, 32} {
+		if s, ok := loadState(t, rdb, uid, cid); !ok || s.LastMsgID != 10 {
+			t.Fatalf("member %d's list entry changed by a reaction: %+v %v", uid, s, ok)
+		}
+	}
+	calls := lg.Calls()
+	if len(calls) == 0 {
+		t.Fatal("no mailbox events recorded")
+	}
+	var got []int64
+	for _, e := range calls[len(calls)-1].GetEvents() {
+		if e.GetEventType() != 8 || string(e.GetPayload()) != payload {
+			t.Fatalf("event %+v", e)
+		}
+		got = append(got, e.GetUserId())
+	}
+	if fmt.Sprint(got) != "[31 32]" {
+		t.Fatalf("REACTION events for %v, want every member", got)
+	}
+}
+
 // mustNew is New for a test, which fails on an error.
 func mustNew(t testing.TB, rdb redis.Cmdable, gates Gates, mailbox Mailbox, pushTimeout time.Duration, log *zap.Logger, m *metrics.Metrics) *Fanout {
 	t.Helper()

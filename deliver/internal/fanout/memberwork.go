@@ -13,7 +13,8 @@ import (
 
 // memberWork does the per-member work SIGNAL jobs ask for with
 // mailbox_event_type (a group recall): every recipient's list entry of the
-// conversation is invalidated (pipelined, in chunks) and every recipient
+// conversation is invalidated (pipelined, in chunks; not with keep_lists,
+// a reaction's) and every recipient
 // gets the mailbox event (every device), appended through logic in chunks.
 // It runs before the pushes and before the ack; any failure fails the
 // batch, which is retried whole: invalidating twice and a second copy of
@@ -27,7 +28,7 @@ func (f *Fanout) memberWork(ctx context.Context, tasks []task) error {
 		}
 		uids := Recipients(t.job)
 		cid := t.job.GetConversationId()
-		for lo := 0; lo < len(uids); lo += pipelineChunk {
+		for lo := 0; lo < len(uids) && !t.job.GetKeepLists(); lo += pipelineChunk {
 			if err := f.invalidateChunk(ctx, cid, uids[lo:min(lo+pipelineChunk, len(uids))]); err != nil {
 				return fmt.Errorf("fanout: invalidate lists of conversation %d: %w", cid, err)
 			}

@@ -22,12 +22,14 @@ func Code(c errcode.Code) codes.Code {
 		return codes.InvalidArgument
 	case errcode.BadToken, errcode.NotAuthed:
 		return codes.Unauthenticated
-	case errcode.Forbidden, errcode.Rejected:
+	case errcode.Forbidden, errcode.Rejected, errcode.LimitReached:
 		return codes.PermissionDenied
 	case errcode.NotFound:
 		return codes.NotFound
 	case errcode.Conflict:
 		return codes.FailedPrecondition
+	case errcode.Duplicate:
+		return codes.AlreadyExists
 	case errcode.RateLimited:
 		return codes.ResourceExhausted
 	case errcode.Busy:

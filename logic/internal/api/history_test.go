@@ -31,6 +31,7 @@ func TestHistoryBoundIsAnUpperBound(t *testing.T) {
 					MsgId: math.MinInt64, ConversationId: math.MinInt64, ConversationType: math.MinInt32,
 					SenderId: math.MinInt64, ClientMsgId: strings.Repeat(`"`, tt.clientIDLen), MessageType: math.MinInt32,
 					Content: strings.Repeat("x", tt.contentLen), CreatedAtMs: math.MinInt64, Status: math.MinInt32,
+					Version: math.MinInt32, EditedAtMs: math.MinInt64, Reactions: widestReactions(),
 				})
 				counted += historyBound.MessageSize(tt.contentLen, tt.clientIDLen) + 1
 			}

@@ -30,11 +30,11 @@ func HTTPStatus(c errcode.Code) int {
 		return http.StatusBadRequest
 	case errcode.BadToken, errcode.NotAuthed:
 		return http.StatusUnauthorized
-	case errcode.Forbidden, errcode.Rejected:
+	case errcode.Forbidden, errcode.Rejected, errcode.LimitReached:
 		return http.StatusForbidden
 	case errcode.NotFound:
 		return http.StatusNotFound
-	case errcode.Conflict:
+	case errcode.Conflict, errcode.Duplicate:
 		return http.StatusConflict
 	case errcode.TooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -98,18 +98,29 @@ const historyReserve = 64
 
 // historyOverhead is the most bytes a HistoryMessage in the reply takes
 // beyond its content and client_msg_id: every number at its widest, the
-// length prefixes of contents up to 2 MiB (content is at most 64 KiB),
-// and the repeated field's own tag and length.
+// most reactions a message may carry, the length prefixes of contents up
+// to 2 MiB (content is at most 64 KiB), and the repeated field's own tag
+// and length.
 var historyOverhead = func() int {
 	const contentLen, clientMsgIDLen = 1 << 17, 64
 	widest := &logicv1.HistoryMessage{
 		MsgId: math.MinInt64, ConversationId: math.MinInt64, ConversationType: math.MinInt32,
 		SenderId: math.MinInt64, ClientMsgId: strings.Repeat("x", clientMsgIDLen), MessageType: math.MinInt32,
 		Content: strings.Repeat("x", contentLen), CreatedAtMs: math.MinInt64, Status: math.MinInt32,
-		Version: math.MinInt32, EditedAtMs: math.MinInt64,
+		Version: math.MinInt32, EditedAtMs: math.MinInt64, Reactions: widestReactions(),
 	}
 	return proto.Size(widest) - contentLen - clientMsgIDLen + 1 + 3
 }()
+
+// widestReactions are the most reactions a message carries, each at its
+// widest.
+func widestReactions() []*logicv1.ReactionCount {
+	out := make([]*logicv1.ReactionCount, protocol.MaxReactionKinds)
+	for i := range out {
+		out[i] = &logicv1.ReactionCount{Emoji: strings.Repeat("x", protocol.MaxEmojiBytes), Count: math.MinInt32, Me: true}
+	}
+	return out
+}
 
 // historyBound is GetHistory's own page bound (inbox.SizeBound).
 var historyBound = inbox.SizeBound{
@@ -138,8 +149,13 @@ func (s *Server) GetHistory(ctx context.Context, req *logicv1.GetHistoryRequest)
 		return nil, s.statusOf("GetHistory", err)
 	}
 	out := &logicv1.GetHistoryReply{NextMsgId: page.Next, More: page.More, Messages: make([]*logicv1.HistoryMessage, 0, len(page.Messages))}
+	ids := make([]int64, 0, len(page.Messages))
 	for _, m := range page.Messages {
 		out.Messages = append(out.Messages, historyMessage(m))
+		ids = append(ids, m.ID)
+	}
+	if err := s.attachReactions(ctx, req.UserId, req.ConversationId, out.Messages, ids); err != nil {
+		return nil, s.statusOf("GetHistory", err)
 	}
 	return out, nil
 }

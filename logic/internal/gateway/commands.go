@@ -152,6 +152,9 @@ var commands = map[uint32]command{
 			return protocol.EditReply{MsgID: jsonid.ID(e.MsgID), ConversationID: jsonid.ID(e.ConversationID),
 				Version: e.Version, EditedAt: e.EditedAt.UnixMilli()}, nil
 		})},
+	uint32(protocol.CmdReaction): {class: ratelimit.Edit, limited: true, serve: func(h *Handler, c *call) ([]byte, error) {
+		return h.reactionCommand(c.ctx, c.sender(), c.req.Body)
+	}},
 	uint32(protocol.CmdSignal): signalCommand,
 }
 

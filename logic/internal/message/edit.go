@@ -16,7 +16,6 @@ import (
 	"github.com/sparkim/spark/pkg/errcode"
 	"github.com/sparkim/spark/pkg/jsonid"
 	"github.com/sparkim/spark/pkg/protocol"
-	queuev1 "github.com/sparkim/spark/proto/queue/v1"
 )
 
 // EditRequest asks to replace the content of one of the sender's text
@@ -117,33 +116,18 @@ func (s *Service) Edit(ctx context.Context, from Sender, req EditRequest) (*Edit
 	}
 	push := protocol.EditPush{MsgID: jsonid.ID(m.ID), ConversationID: jsonid.ID(m.ConversationID), SenderID: jsonid.ID(m.SenderID),
 		Version: m.Version, EditedAt: m.EditedAt.Time.UnixMilli(), Content: m.Content}
-	if e.Group {
-		// The members' events and list entries are deliver's work, in
-		// chunks, as for a group recall: the job must be queued, or the
-		// edit is answered 50301 and the client's retry queues it again.
-		data, err := protocol.Marshal(push)
-		if err != nil {
-			return nil, fmt.Errorf("message: edit push: %w", err)
-		}
-		ev, err := eventOf(m)
-		if err != nil {
-			return nil, fmt.Errorf("message: edit event: %w", err)
-		}
-		if err := s.enqueueJob(ctx, &queuev1.DeliverJob{
-			Kind: queuev1.JobKind_JOB_KIND_SIGNAL, Command: uint32(protocol.CmdEditMessage), MsgId: m.ID, ConversationId: m.ConversationID,
-			ConversationType: protocol.ConversationGroup, SenderId: from.UserID, SenderDevice: from.DeviceID,
-			PushData: data, MailboxPayload: ev, CreatedAtMs: time.Now().UnixMilli(), MailboxEventType: protocol.EventEdit,
-		}, 0, nil, time.Now()); err != nil {
-			s.metrics.EnqueueFailures.Inc()
-			return nil, errcode.Unavailable("enqueue edit", err)
-		}
-		return reply, nil
+	ev, err := eventOf(m)
+	if err != nil {
+		return nil, fmt.Errorf("message: edit event: %w", err)
 	}
-	// A list whose preview is this message shows the new text.
+	// A list whose preview is this message shows the new text (a group's
+	// lists are deliver's work).
 	if err := s.invalidate(ctx, m.ConversationID, e.Members...); err != nil {
 		return nil, err
 	}
-	s.signal(ctx, from, protocol.CmdEditMessage, m.ConversationID, protocol.ConversationP2P, m.ID, e.Members, push)
+	if err := s.propagate(ctx, from, protocol.CmdEditMessage, protocol.EventEdit, m, e.Group, e.Members, push, ev, false); err != nil {
+		return nil, err
+	}
 	s.log.Debug("message edited", zap.Int64("user_id", from.UserID), zap.Int64("conversation_id", m.ConversationID),
 		zap.Int64("msg_id", m.ID), zap.Int("version", m.Version))
 	return reply, nil

@@ -60,6 +60,8 @@ func testConfig(over message.Config) message.Config {
 	keepOrSet(&c.EnqueueRetries, over.EnqueueRetries)
 	keepOrSet(&c.RecallWindow, over.RecallWindow)
 	keepOrSet(&c.EditWindow, over.EditWindow)
+	keepOrSet(&c.ReactionKinds, over.ReactionKinds)
+	keepOrSet(&c.ReactionsPerUser, over.ReactionsPerUser)
 	keepOrSet(&c.CommitWorkers, over.CommitWorkers)
 	keepOrSet(&c.CommitBatch, over.CommitBatch)
 	keepOrSet(&c.MaxFrameSize, over.MaxFrameSize)

@@ -18,6 +18,7 @@ import (
 	"github.com/sparkim/spark/logic/internal/sendhook"
 	"github.com/sparkim/spark/logic/internal/store"
 	"github.com/sparkim/spark/pkg/config"
+	"github.com/sparkim/spark/pkg/protocol"
 )
 
 // IDs issues ids (a *msgid.Generator).
@@ -41,6 +42,11 @@ type Config struct {
 	// EditWindow is how long after sending the sender may edit a text
 	// message (logic.edit_window).
 	EditWindow time.Duration
+	// ReactionKinds is the most emojis one message carries
+	// (logic.reaction_kinds), ReactionsPerUser the most of them one user
+	// adds (logic.reactions_per_user).
+	ReactionKinds    int
+	ReactionsPerUser int
 	// CommitWorkers is the number of group-commit workers
 	// (logic.commit_workers), each running one transaction at a time.
 	// Every send goes through the group commit: there is no
@@ -70,6 +76,7 @@ func ConfigFrom(c *config.Config) Config {
 	return Config{
 		MsgIDWindow: c.Logic.ClientMsgIDWindow(), EnqueueRetries: c.Logic.EnqueueRetries, Partitions: c.Queue.Partitions,
 		RecallWindow: c.Logic.RecallWindow, EditWindow: c.Logic.EditWindow, MaxFrameSize: c.Logic.MaxFrameSize,
+		ReactionKinds: c.Logic.ReactionKinds, ReactionsPerUser: c.Logic.ReactionsPerUser,
 		CommitWorkers: c.Logic.CommitWorkers, CommitBatch: c.Logic.CommitBatch,
 	}
 }
@@ -78,10 +85,16 @@ func ConfigFrom(c *config.Config) Config {
 // a hand-made Config cannot run with a value production would not start
 // with.
 func (c Config) validate() error {
-	if c.MsgIDWindow <= 0 || c.RecallWindow <= 0 || c.EditWindow <= 0 || c.EnqueueRetries < 1 || c.Partitions < 1 ||
+	if c.MsgIDWindow <= 0 || c.RecallWindow <= 0 || c.EditWindow <= 0 || c.ReactionKinds < 1 || c.ReactionsPerUser < 1 || c.EnqueueRetries < 1 || c.Partitions < 1 ||
 		c.CommitWorkers < 1 || c.CommitBatch < 1 || c.MaxFrameSize < 4<<10 {
 		return fmt.Errorf("message: invalid config (logic.msg_id_window %v, logic.recall_window %v, logic.edit_window %v, logic.enqueue_retries %d, queue.partitions %d, logic.commit_workers %d, logic.commit_batch %d, logic.max_frame_size %d): start from config.Default()",
 			c.MsgIDWindow, c.RecallWindow, c.EditWindow, c.EnqueueRetries, c.Partitions, c.CommitWorkers, c.CommitBatch, c.MaxFrameSize)
+	}
+	if b := protocol.MessageReactionsBound(c.ReactionKinds); b > protocol.PageBudget(c.MaxFrameSize) {
+		// One message's counts must fit a REACTION get page, or a page
+		// could never make progress.
+		return fmt.Errorf("message: logic.reaction_kinds %d needs %d bytes per message, over what logic.max_frame_size %d leaves a page (%d)",
+			c.ReactionKinds, b, c.MaxFrameSize, protocol.PageBudget(c.MaxFrameSize))
 	}
 	return nil
 }

@@ -96,31 +96,17 @@ func (s *Store) editOnce(ctx context.Context, msgID, conversationID, userID int6
 	if window > 0 && now.Sub(m.CreatedAt) > window {
 		return Edited{}, ErrEditWindow
 	}
-	var ctype int
-	if err := tx.GetContext(ctx, &ctype, "SELECT type FROM t_conversations WHERE id = ?", m.ConversationID); err != nil {
+	var e Edited
+	if e.Group, e.Members, err = conversationMembersTx(ctx, tx, m.ConversationID); err != nil {
 		return Edited{}, err
 	}
-	e := Edited{Group: ctype == ConversationGroup}
 	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET content = ?, version = version + 1, edited_at = ? WHERE id = ?",
 		content, now, m.ID); err != nil {
 		return Edited{}, err
 	}
 	m.Content, m.Version, m.EditedAt = content, m.Version+1, sql.NullTime{Time: now, Valid: true}
-	if !e.Group {
-		if err := tx.SelectContext(ctx, &e.Members, "SELECT user_id FROM t_conversation_members WHERE conversation_id = ? ORDER BY user_id", m.ConversationID); err != nil {
-			return Edited{}, err
-		}
-		evIDs, err := ids(len(e.Members))
-		if err != nil {
-			return Edited{}, err
-		}
-		events := make([]MailboxEvent, len(e.Members))
-		for i, u := range e.Members {
-			events[i] = event(u, m)
-		}
-		if _, err := AppendMailboxTx(ctx, tx, events, evIDs); err != nil {
-			return Edited{}, err
-		}
+	if err := appendMemberEventsTx(ctx, tx, e.Members, ids, func(u int64) MailboxEvent { return event(u, m) }); err != nil {
+		return Edited{}, err
 	}
 	// Last before the commit (the dispatcher's settle rule).
 	if err := s.writeWebhookEvents(ctx, tx, now, pendingEvent{typ: EventMessageEdited, conversationID: m.ConversationID,

@@ -385,15 +385,9 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID int64, w w
 	if w.recall && m.SenderID != w.userID {
 		return Recall{}, ErrNotSender
 	}
-	var ctype int
-	if err := tx.GetContext(ctx, &ctype, "SELECT type FROM t_conversations WHERE id = ?", m.ConversationID); err != nil {
+	r := Recall{Message: m}
+	if r.Group, r.Members, err = conversationMembersTx(ctx, tx, m.ConversationID); err != nil {
 		return Recall{}, err
-	}
-	r := Recall{Message: m, Group: ctype == ConversationGroup}
-	if !r.Group {
-		if err := tx.SelectContext(ctx, &r.Members, "SELECT user_id FROM t_conversation_members WHERE conversation_id = ? ORDER BY user_id", m.ConversationID); err != nil {
-			return Recall{}, err
-		}
 	}
 	if m.Status != MessageNormal {
 		// Recalled or deleted already: gone for everyone either way.
@@ -406,16 +400,7 @@ func (s *Store) recallOnce(ctx context.Context, msgID, conversationID int64, w w
 	if _, err := tx.ExecContext(ctx, "UPDATE t_messages SET status = ? WHERE id = ?", w.status, m.ID); err != nil {
 		return Recall{}, err
 	}
-	members := r.Members
-	evIDs, err := ids(len(members))
-	if err != nil {
-		return Recall{}, err
-	}
-	events := make([]MailboxEvent, len(members))
-	for i, u := range members {
-		events[i] = event(u, m)
-	}
-	if _, err := AppendMailboxTx(ctx, tx, events, evIDs[:len(members)]); err != nil {
+	if err := appendMemberEventsTx(ctx, tx, r.Members, ids, func(u int64) MailboxEvent { return event(u, m) }); err != nil {
 		return Recall{}, err
 	}
 	// Last before the commit (the dispatcher's settle rule).

@@ -20,6 +20,7 @@ const (
 	EventMessageRecalled     = "message.recalled"
 	EventMessageDeleted      = "message.deleted"
 	EventMessageEdited       = "message.edited"
+	EventMessageReacted      = "message.reacted"
 	EventGroupCreated        = "group.created"
 	EventGroupMembersAdded   = "group.members_added"
 	EventGroupMembersRemoved = "group.members_removed"

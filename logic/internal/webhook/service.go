@@ -20,7 +20,7 @@ import (
 
 // EventTypes are every event type an endpoint may subscribe to.
 var EventTypes = []string{
-	EventMessageSent, store.EventMessageRecalled, store.EventMessageDeleted, store.EventMessageEdited,
+	EventMessageSent, store.EventMessageRecalled, store.EventMessageDeleted, store.EventMessageEdited, store.EventMessageReacted,
 	store.EventGroupCreated, store.EventGroupMembersAdded, store.EventGroupMembersRemoved, store.EventGroupRoleChanged,
 	store.EventGroupMemberMuted, store.EventGroupMuteAll, store.EventGroupDissolved,
 	store.EventFriendRequested, store.EventFriendAdded, store.EventFriendRejected, store.EventFriendRemoved,

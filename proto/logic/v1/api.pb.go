@@ -2518,8 +2518,12 @@ type HistoryMessage struct {
 	Status int32 `protobuf:"varint,9,opt,name=status,proto3" json:"status,omitempty"`
 	// version counts the sender's edits (0: never edited); edited_at_ms is
 	// the newest one's time.
-	Version       int32 `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"`
-	EditedAtMs    int64 `protobuf:"varint,11,opt,name=edited_at_ms,json=editedAtMs,proto3" json:"edited_at_ms,omitempty"`
+	Version    int32 `protobuf:"varint,10,opt,name=version,proto3" json:"version,omitempty"`
+	EditedAtMs int64 `protobuf:"varint,11,opt,name=edited_at_ms,json=editedAtMs,proto3" json:"edited_at_ms,omitempty"`
+	// reactions are the message's counts in the order each emoji was first
+	// used, with the reading user's own marked (none on a recalled or
+	// deleted message).
+	Reactions     []*ReactionCount `protobuf:"bytes,12,rep,name=reactions,proto3" json:"reactions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2629,6 +2633,13 @@ func (x *HistoryMessage) GetEditedAtMs() int64 {
 		return x.EditedAtMs
 	}
 	return 0
+}
+
+func (x *HistoryMessage) GetReactions() []*ReactionCount {
+	if x != nil {
+		return x.Reactions
+	}
+	return nil
 }
 
 type GetHistoryReply struct {
@@ -5007,6 +5018,601 @@ func (x *EditMessageReply) GetEditedAtMs() int64 {
 	return 0
 }
 
+type ReactionRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// user_id is the member on whose behalf the reaction is added or
+	// removed.
+	UserId int64 `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	MsgId  int64 `protobuf:"varint,2,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	// conversation_id, when set, must be the message's conversation.
+	ConversationId int64 `protobuf:"varint,3,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// emoji is one emoji (a pictograph with its modifiers and joiners, at
+	// most 32 bytes of UTF-8).
+	Emoji         string `protobuf:"bytes,4,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReactionRequest) Reset() {
+	*x = ReactionRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[78]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReactionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReactionRequest) ProtoMessage() {}
+
+func (x *ReactionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[78]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReactionRequest.ProtoReflect.Descriptor instead.
+func (*ReactionRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{78}
+}
+
+func (x *ReactionRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *ReactionRequest) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *ReactionRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *ReactionRequest) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+type ReactionReply struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MsgId          int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	Emoji          string                 `protobuf:"bytes,3,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	// count is the emoji's count on the message now.
+	Count int32 `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	// changed is false for a remove of a reaction the user did not have.
+	Changed       bool `protobuf:"varint,5,opt,name=changed,proto3" json:"changed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReactionReply) Reset() {
+	*x = ReactionReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[79]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReactionReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReactionReply) ProtoMessage() {}
+
+func (x *ReactionReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[79]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReactionReply.ProtoReflect.Descriptor instead.
+func (*ReactionReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{79}
+}
+
+func (x *ReactionReply) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *ReactionReply) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *ReactionReply) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+func (x *ReactionReply) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReactionReply) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+type ReactionCount struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Emoji string                 `protobuf:"bytes,1,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	Count int32                  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// me: the asking user reacted with this emoji.
+	Me            bool `protobuf:"varint,3,opt,name=me,proto3" json:"me,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReactionCount) Reset() {
+	*x = ReactionCount{}
+	mi := &file_logic_v1_api_proto_msgTypes[80]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReactionCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReactionCount) ProtoMessage() {}
+
+func (x *ReactionCount) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[80]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReactionCount.ProtoReflect.Descriptor instead.
+func (*ReactionCount) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{80}
+}
+
+func (x *ReactionCount) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+func (x *ReactionCount) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ReactionCount) GetMe() bool {
+	if x != nil {
+		return x.Me
+	}
+	return false
+}
+
+type MessageReactions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MsgId         int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	Reactions     []*ReactionCount       `protobuf:"bytes,2,rep,name=reactions,proto3" json:"reactions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MessageReactions) Reset() {
+	*x = MessageReactions{}
+	mi := &file_logic_v1_api_proto_msgTypes[81]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MessageReactions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MessageReactions) ProtoMessage() {}
+
+func (x *MessageReactions) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[81]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MessageReactions.ProtoReflect.Descriptor instead.
+func (*MessageReactions) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{81}
+}
+
+func (x *MessageReactions) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *MessageReactions) GetReactions() []*ReactionCount {
+	if x != nil {
+		return x.Reactions
+	}
+	return nil
+}
+
+type ListReactionsRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	UserId         int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	ConversationId int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	// msg_ids: 1 to 100 messages of the conversation.
+	MsgIds        []int64 `protobuf:"varint,3,rep,packed,name=msg_ids,json=msgIds,proto3" json:"msg_ids,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReactionsRequest) Reset() {
+	*x = ListReactionsRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[82]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReactionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReactionsRequest) ProtoMessage() {}
+
+func (x *ListReactionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[82]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReactionsRequest.ProtoReflect.Descriptor instead.
+func (*ListReactionsRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{82}
+}
+
+func (x *ListReactionsRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *ListReactionsRequest) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *ListReactionsRequest) GetMsgIds() []int64 {
+	if x != nil {
+		return x.MsgIds
+	}
+	return nil
+}
+
+type ListReactionsReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// messages are the asked messages that have reactions, by id; the
+	// others (none, recalled, deleted, of another conversation) are absent.
+	Messages      []*MessageReactions `protobuf:"bytes,1,rep,name=messages,proto3" json:"messages,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReactionsReply) Reset() {
+	*x = ListReactionsReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[83]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReactionsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReactionsReply) ProtoMessage() {}
+
+func (x *ListReactionsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[83]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReactionsReply.ProtoReflect.Descriptor instead.
+func (*ListReactionsReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{83}
+}
+
+func (x *ListReactionsReply) GetMessages() []*MessageReactions {
+	if x != nil {
+		return x.Messages
+	}
+	return nil
+}
+
+type ListReactorsRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	UserId int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	MsgId  int64                  `protobuf:"varint,2,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	Emoji  string                 `protobuf:"bytes,3,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	// after is the cursor: users with a greater id (0: from the start).
+	After int64 `protobuf:"varint,4,opt,name=after,proto3" json:"after,omitempty"`
+	// limit: 0 is the default page (50), at most 100.
+	Limit         int32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReactorsRequest) Reset() {
+	*x = ListReactorsRequest{}
+	mi := &file_logic_v1_api_proto_msgTypes[84]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReactorsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReactorsRequest) ProtoMessage() {}
+
+func (x *ListReactorsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[84]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReactorsRequest.ProtoReflect.Descriptor instead.
+func (*ListReactorsRequest) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{84}
+}
+
+func (x *ListReactorsRequest) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *ListReactorsRequest) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *ListReactorsRequest) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+func (x *ListReactorsRequest) GetAfter() int64 {
+	if x != nil {
+		return x.After
+	}
+	return 0
+}
+
+func (x *ListReactorsRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type Reactor struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	UserId        int64                  `protobuf:"varint,1,opt,name=user_id,json=userId,proto3" json:"user_id,omitempty"`
+	ReactedAtMs   int64                  `protobuf:"varint,2,opt,name=reacted_at_ms,json=reactedAtMs,proto3" json:"reacted_at_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reactor) Reset() {
+	*x = Reactor{}
+	mi := &file_logic_v1_api_proto_msgTypes[85]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reactor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reactor) ProtoMessage() {}
+
+func (x *Reactor) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[85]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reactor.ProtoReflect.Descriptor instead.
+func (*Reactor) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{85}
+}
+
+func (x *Reactor) GetUserId() int64 {
+	if x != nil {
+		return x.UserId
+	}
+	return 0
+}
+
+func (x *Reactor) GetReactedAtMs() int64 {
+	if x != nil {
+		return x.ReactedAtMs
+	}
+	return 0
+}
+
+type ListReactorsReply struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	MsgId          int64                  `protobuf:"varint,1,opt,name=msg_id,json=msgId,proto3" json:"msg_id,omitempty"`
+	ConversationId int64                  `protobuf:"varint,2,opt,name=conversation_id,json=conversationId,proto3" json:"conversation_id,omitempty"`
+	Emoji          string                 `protobuf:"bytes,3,opt,name=emoji,proto3" json:"emoji,omitempty"`
+	// count is the emoji's count on the message.
+	Count int32      `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	Users []*Reactor `protobuf:"bytes,5,rep,name=users,proto3" json:"users,omitempty"`
+	// next is the after of the next page when more.
+	Next          int64 `protobuf:"varint,6,opt,name=next,proto3" json:"next,omitempty"`
+	More          bool  `protobuf:"varint,7,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListReactorsReply) Reset() {
+	*x = ListReactorsReply{}
+	mi := &file_logic_v1_api_proto_msgTypes[86]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListReactorsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListReactorsReply) ProtoMessage() {}
+
+func (x *ListReactorsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_logic_v1_api_proto_msgTypes[86]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListReactorsReply.ProtoReflect.Descriptor instead.
+func (*ListReactorsReply) Descriptor() ([]byte, []int) {
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{86}
+}
+
+func (x *ListReactorsReply) GetMsgId() int64 {
+	if x != nil {
+		return x.MsgId
+	}
+	return 0
+}
+
+func (x *ListReactorsReply) GetConversationId() int64 {
+	if x != nil {
+		return x.ConversationId
+	}
+	return 0
+}
+
+func (x *ListReactorsReply) GetEmoji() string {
+	if x != nil {
+		return x.Emoji
+	}
+	return ""
+}
+
+func (x *ListReactorsReply) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ListReactorsReply) GetUsers() []*Reactor {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+func (x *ListReactorsReply) GetNext() int64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+func (x *ListReactorsReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 type SendSignalRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// sender_id is the member on whose behalf the signal is sent.
@@ -5023,7 +5629,7 @@ type SendSignalRequest struct {
 
 func (x *SendSignalRequest) Reset() {
 	*x = SendSignalRequest{}
-	mi := &file_logic_v1_api_proto_msgTypes[78]
+	mi := &file_logic_v1_api_proto_msgTypes[87]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5035,7 +5641,7 @@ func (x *SendSignalRequest) String() string {
 func (*SendSignalRequest) ProtoMessage() {}
 
 func (x *SendSignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[78]
+	mi := &file_logic_v1_api_proto_msgTypes[87]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5048,7 +5654,7 @@ func (x *SendSignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSignalRequest.ProtoReflect.Descriptor instead.
 func (*SendSignalRequest) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{78}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{87}
 }
 
 func (x *SendSignalRequest) GetSenderId() int64 {
@@ -5089,7 +5695,7 @@ type SendSignalReply struct {
 
 func (x *SendSignalReply) Reset() {
 	*x = SendSignalReply{}
-	mi := &file_logic_v1_api_proto_msgTypes[79]
+	mi := &file_logic_v1_api_proto_msgTypes[88]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5101,7 +5707,7 @@ func (x *SendSignalReply) String() string {
 func (*SendSignalReply) ProtoMessage() {}
 
 func (x *SendSignalReply) ProtoReflect() protoreflect.Message {
-	mi := &file_logic_v1_api_proto_msgTypes[79]
+	mi := &file_logic_v1_api_proto_msgTypes[88]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5114,7 +5720,7 @@ func (x *SendSignalReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendSignalReply.ProtoReflect.Descriptor instead.
 func (*SendSignalReply) Descriptor() ([]byte, []int) {
-	return file_logic_v1_api_proto_rawDescGZIP(), []int{79}
+	return file_logic_v1_api_proto_rawDescGZIP(), []int{88}
 }
 
 func (x *SendSignalReply) GetDelivered() int32 {
@@ -5322,7 +5928,7 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12 \n" +
 	"\fafter_msg_id\x18\x03 \x01(\x03R\n" +
 	"afterMsgId\x12\x14\n" +
-	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xf3\x02\n" +
+	"\x05limit\x18\x04 \x01(\x05R\x05limit\"\xaa\x03\n" +
 	"\x0eHistoryMessage\x12\x15\n" +
 	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12+\n" +
@@ -5336,7 +5942,8 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\aversion\x18\n" +
 	" \x01(\x05R\aversion\x12 \n" +
 	"\fedited_at_ms\x18\v \x01(\x03R\n" +
-	"editedAtMs\"{\n" +
+	"editedAtMs\x125\n" +
+	"\treactions\x18\f \x03(\v2\x17.logic.v1.ReactionCountR\treactions\"{\n" +
 	"\x0fGetHistoryReply\x124\n" +
 	"\bmessages\x18\x01 \x03(\v2\x18.logic.v1.HistoryMessageR\bmessages\x12\x1e\n" +
 	"\vnext_msg_id\x18\x02 \x01(\x03R\tnextMsgId\x12\x12\n" +
@@ -5502,7 +6109,48 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x05R\aversion\x12 \n" +
 	"\fedited_at_ms\x18\x04 \x01(\x03R\n" +
-	"editedAtMs\"\x87\x01\n" +
+	"editedAtMs\"\x80\x01\n" +
+	"\x0fReactionRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x15\n" +
+	"\x06msg_id\x18\x02 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x03 \x01(\x03R\x0econversationId\x12\x14\n" +
+	"\x05emoji\x18\x04 \x01(\tR\x05emoji\"\x95\x01\n" +
+	"\rReactionReply\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x14\n" +
+	"\x05emoji\x18\x03 \x01(\tR\x05emoji\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x12\x18\n" +
+	"\achanged\x18\x05 \x01(\bR\achanged\"K\n" +
+	"\rReactionCount\x12\x14\n" +
+	"\x05emoji\x18\x01 \x01(\tR\x05emoji\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x0e\n" +
+	"\x02me\x18\x03 \x01(\bR\x02me\"`\n" +
+	"\x10MessageReactions\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x125\n" +
+	"\treactions\x18\x02 \x03(\v2\x17.logic.v1.ReactionCountR\treactions\"q\n" +
+	"\x14ListReactionsRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x17\n" +
+	"\amsg_ids\x18\x03 \x03(\x03R\x06msgIds\"L\n" +
+	"\x12ListReactionsReply\x126\n" +
+	"\bmessages\x18\x01 \x03(\v2\x1a.logic.v1.MessageReactionsR\bmessages\"\x87\x01\n" +
+	"\x13ListReactorsRequest\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\x15\n" +
+	"\x06msg_id\x18\x02 \x01(\x03R\x05msgId\x12\x14\n" +
+	"\x05emoji\x18\x03 \x01(\tR\x05emoji\x12\x14\n" +
+	"\x05after\x18\x04 \x01(\x03R\x05after\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\x05R\x05limit\"F\n" +
+	"\aReactor\x12\x17\n" +
+	"\auser_id\x18\x01 \x01(\x03R\x06userId\x12\"\n" +
+	"\rreacted_at_ms\x18\x02 \x01(\x03R\vreactedAtMs\"\xd0\x01\n" +
+	"\x11ListReactorsReply\x12\x15\n" +
+	"\x06msg_id\x18\x01 \x01(\x03R\x05msgId\x12'\n" +
+	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x14\n" +
+	"\x05emoji\x18\x03 \x01(\tR\x05emoji\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x05R\x05count\x12'\n" +
+	"\x05users\x18\x05 \x03(\v2\x11.logic.v1.ReactorR\x05users\x12\x12\n" +
+	"\x04next\x18\x06 \x01(\x03R\x04next\x12\x12\n" +
+	"\x04more\x18\a \x01(\bR\x04more\"\x87\x01\n" +
 	"\x11SendSignalRequest\x12\x1b\n" +
 	"\tsender_id\x18\x01 \x01(\x03R\bsenderId\x12'\n" +
 	"\x0fconversation_id\x18\x02 \x01(\x03R\x0econversationId\x12\x12\n" +
@@ -5513,7 +6161,7 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\tGroupRole\x12\x15\n" +
 	"\x11GROUP_ROLE_MEMBER\x10\x00\x12\x14\n" +
 	"\x10GROUP_ROLE_ADMIN\x10\x01\x12\x14\n" +
-	"\x10GROUP_ROLE_OWNER\x10\x022\xc0-\n" +
+	"\x10GROUP_ROLE_OWNER\x10\x022\xc41\n" +
 	"\x03Api\x12Y\n" +
 	"\n" +
 	"UpsertUser\x12\x1b.logic.v1.UpsertUserRequest\x1a\x0e.logic.v1.User\"\x1e\x82\xd3\xe4\x93\x02\x18:\x01*\x1a\x13/v1/users/{user_id}\x12P\n" +
@@ -5551,7 +6199,11 @@ const file_logic_v1_api_proto_rawDesc = "" +
 	"\x18DeleteMessageForEveryone\x12).logic.v1.DeleteMessageForEveryoneRequest\x1a'.logic.v1.DeleteMessageForEveryoneReply\"'\x82\xd3\xe4\x93\x02!:\x01*\"\x1c/v1/messages/{msg_id}:delete\x12|\n" +
 	"\n" +
 	"SendSignal\x12\x1b.logic.v1.SendSignalRequest\x1a\x19.logic.v1.SendSignalReply\"6\x82\xd3\xe4\x93\x020:\x01*\"+/v1/conversations/{conversation_id}/signals\x12n\n" +
-	"\vEditMessage\x12\x1c.logic.v1.EditMessageRequest\x1a\x1a.logic.v1.EditMessageReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/messages/{msg_id}:edit\x12\x8a\x01\n" +
+	"\vEditMessage\x12\x1c.logic.v1.EditMessageRequest\x1a\x1a.logic.v1.EditMessageReply\"%\x82\xd3\xe4\x93\x02\x1f:\x01*\"\x1a/v1/messages/{msg_id}:edit\x12m\n" +
+	"\vAddReaction\x12\x19.logic.v1.ReactionRequest\x1a\x17.logic.v1.ReactionReply\"*\x82\xd3\xe4\x93\x02$:\x01*\"\x1f/v1/messages/{msg_id}/reactions\x12w\n" +
+	"\x0eRemoveReaction\x12\x19.logic.v1.ReactionRequest\x1a\x17.logic.v1.ReactionReply\"1\x82\xd3\xe4\x93\x02+:\x01*\"&/v1/messages/{msg_id}/reactions:remove\x12\x94\x01\n" +
+	"\rListReactions\x12\x1e.logic.v1.ListReactionsRequest\x1a\x1c.logic.v1.ListReactionsReply\"E\x82\xd3\xe4\x93\x02?\x12=/v1/users/{user_id}/conversations/{conversation_id}/reactions\x12\x82\x01\n" +
+	"\fListReactors\x12\x1d.logic.v1.ListReactorsRequest\x1a\x1b.logic.v1.ListReactorsReply\"6\x82\xd3\xe4\x93\x020\x12./v1/users/{user_id}/messages/{msg_id}/reactors\x12\x8a\x01\n" +
 	"\n" +
 	"GetHistory\x12\x1b.logic.v1.GetHistoryRequest\x1a\x19.logic.v1.GetHistoryReply\"D\x82\xd3\xe4\x93\x02>\x12</v1/users/{user_id}/conversations/{conversation_id}/messages\x12U\n" +
 	"\vPushToUsers\x12\x1c.logic.v1.PushToUsersRequest\x1a\x13.logic.v1.PushReply\"\x13\x82\xd3\xe4\x93\x02\r:\x01*\"\b/v1/push\x12V\n" +
@@ -5588,7 +6240,7 @@ func file_logic_v1_api_proto_rawDescGZIP() []byte {
 }
 
 var file_logic_v1_api_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
+var file_logic_v1_api_proto_msgTypes = make([]protoimpl.MessageInfo, 90)
 var file_logic_v1_api_proto_goTypes = []any{
 	(GroupRole)(0),                          // 0: logic.v1.GroupRole
 	(*UpsertUserRequest)(nil),               // 1: logic.v1.UpsertUserRequest
@@ -5669,9 +6321,18 @@ var file_logic_v1_api_proto_goTypes = []any{
 	(*GetDownloadUrlReply)(nil),             // 76: logic.v1.GetDownloadUrlReply
 	(*EditMessageRequest)(nil),              // 77: logic.v1.EditMessageRequest
 	(*EditMessageReply)(nil),                // 78: logic.v1.EditMessageReply
-	(*SendSignalRequest)(nil),               // 79: logic.v1.SendSignalRequest
-	(*SendSignalReply)(nil),                 // 80: logic.v1.SendSignalReply
-	nil,                                     // 81: logic.v1.CreateUploadReply.HeadersEntry
+	(*ReactionRequest)(nil),                 // 79: logic.v1.ReactionRequest
+	(*ReactionReply)(nil),                   // 80: logic.v1.ReactionReply
+	(*ReactionCount)(nil),                   // 81: logic.v1.ReactionCount
+	(*MessageReactions)(nil),                // 82: logic.v1.MessageReactions
+	(*ListReactionsRequest)(nil),            // 83: logic.v1.ListReactionsRequest
+	(*ListReactionsReply)(nil),              // 84: logic.v1.ListReactionsReply
+	(*ListReactorsRequest)(nil),             // 85: logic.v1.ListReactorsRequest
+	(*Reactor)(nil),                         // 86: logic.v1.Reactor
+	(*ListReactorsReply)(nil),               // 87: logic.v1.ListReactorsReply
+	(*SendSignalRequest)(nil),               // 88: logic.v1.SendSignalRequest
+	(*SendSignalReply)(nil),                 // 89: logic.v1.SendSignalReply
+	nil,                                     // 90: logic.v1.CreateUploadReply.HeadersEntry
 }
 var file_logic_v1_api_proto_depIdxs = []int32{
 	16, // 0: logic.v1.ListFriendsReply.friends:type_name -> logic.v1.Friend
@@ -5680,120 +6341,132 @@ var file_logic_v1_api_proto_depIdxs = []int32{
 	0,  // 3: logic.v1.SetGroupRoleRequest.role:type_name -> logic.v1.GroupRole
 	0,  // 4: logic.v1.GroupMember.role:type_name -> logic.v1.GroupRole
 	32, // 5: logic.v1.ListGroupMembersReply.members:type_name -> logic.v1.GroupMember
-	39, // 6: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
-	45, // 7: logic.v1.Presence.devices:type_name -> logic.v1.Device
-	46, // 8: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
-	51, // 9: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
-	59, // 10: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
-	67, // 11: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
-	81, // 12: logic.v1.CreateUploadReply.headers:type_name -> logic.v1.CreateUploadReply.HeadersEntry
-	1,  // 13: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
-	2,  // 14: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
-	4,  // 15: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
-	6,  // 16: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
-	7,  // 17: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
-	9,  // 18: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
-	11, // 19: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
-	12, // 20: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
-	11, // 21: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
-	11, // 22: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
-	15, // 23: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
-	13, // 24: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
-	13, // 25: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
-	15, // 26: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
-	22, // 27: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
-	24, // 28: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	24, // 29: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
-	25, // 30: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
-	26, // 31: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
-	27, // 32: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
-	28, // 33: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
-	29, // 34: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
-	23, // 35: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
-	30, // 36: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
-	23, // 37: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
-	31, // 38: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
-	34, // 39: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
-	36, // 40: logic.v1.Api.DeleteMessageForEveryone:input_type -> logic.v1.DeleteMessageForEveryoneRequest
-	79, // 41: logic.v1.Api.SendSignal:input_type -> logic.v1.SendSignalRequest
-	77, // 42: logic.v1.Api.EditMessage:input_type -> logic.v1.EditMessageRequest
-	38, // 43: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
-	41, // 44: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
-	42, // 45: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
-	44, // 46: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
-	48, // 47: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
-	50, // 48: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
-	53, // 49: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
-	54, // 50: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
-	56, // 51: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
-	57, // 52: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
-	58, // 53: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
-	60, // 54: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
-	62, // 55: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	63, // 56: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
-	64, // 57: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
-	62, // 58: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
-	71, // 59: logic.v1.Api.CreateUpload:input_type -> logic.v1.CreateUploadRequest
-	73, // 60: logic.v1.Api.CompleteUpload:input_type -> logic.v1.CompleteUploadRequest
-	75, // 61: logic.v1.Api.GetDownloadUrl:input_type -> logic.v1.GetDownloadUrlRequest
-	66, // 62: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
-	69, // 63: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
-	3,  // 64: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
-	3,  // 65: logic.v1.Api.GetUser:output_type -> logic.v1.User
-	5,  // 66: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
-	3,  // 67: logic.v1.Api.EnableUser:output_type -> logic.v1.User
-	8,  // 68: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
-	10, // 69: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
-	14, // 70: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
-	14, // 71: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
-	14, // 72: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
-	14, // 73: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
-	17, // 74: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
-	14, // 75: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
-	14, // 76: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
-	19, // 77: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
-	21, // 78: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
-	21, // 79: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 80: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
-	21, // 81: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
-	21, // 82: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
-	21, // 83: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
-	21, // 84: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
-	21, // 85: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
-	21, // 86: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
-	21, // 87: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
-	20, // 88: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
-	33, // 89: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
-	35, // 90: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
-	37, // 91: logic.v1.Api.DeleteMessageForEveryone:output_type -> logic.v1.DeleteMessageForEveryoneReply
-	80, // 92: logic.v1.Api.SendSignal:output_type -> logic.v1.SendSignalReply
-	78, // 93: logic.v1.Api.EditMessage:output_type -> logic.v1.EditMessageReply
-	40, // 94: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
-	43, // 95: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
-	43, // 96: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
-	47, // 97: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
-	49, // 98: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
-	52, // 99: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
-	55, // 100: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
-	55, // 101: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
-	56, // 102: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
-	56, // 103: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
-	59, // 104: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	61, // 105: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
-	59, // 106: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	59, // 107: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
-	59, // 108: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
-	65, // 109: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
-	72, // 110: logic.v1.Api.CreateUpload:output_type -> logic.v1.CreateUploadReply
-	74, // 111: logic.v1.Api.CompleteUpload:output_type -> logic.v1.MediaObject
-	76, // 112: logic.v1.Api.GetDownloadUrl:output_type -> logic.v1.GetDownloadUrlReply
-	68, // 113: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
-	70, // 114: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
-	64, // [64:115] is the sub-list for method output_type
-	13, // [13:64] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	81, // 6: logic.v1.HistoryMessage.reactions:type_name -> logic.v1.ReactionCount
+	39, // 7: logic.v1.GetHistoryReply.messages:type_name -> logic.v1.HistoryMessage
+	45, // 8: logic.v1.Presence.devices:type_name -> logic.v1.Device
+	46, // 9: logic.v1.GetPresenceReply.users:type_name -> logic.v1.Presence
+	51, // 10: logic.v1.ListGatesReply.gates:type_name -> logic.v1.GateInfo
+	59, // 11: logic.v1.ListWebhookEndpointsReply.endpoints:type_name -> logic.v1.WebhookEndpoint
+	67, // 12: logic.v1.PullUpstreamReply.items:type_name -> logic.v1.UpstreamItem
+	90, // 13: logic.v1.CreateUploadReply.headers:type_name -> logic.v1.CreateUploadReply.HeadersEntry
+	81, // 14: logic.v1.MessageReactions.reactions:type_name -> logic.v1.ReactionCount
+	82, // 15: logic.v1.ListReactionsReply.messages:type_name -> logic.v1.MessageReactions
+	86, // 16: logic.v1.ListReactorsReply.users:type_name -> logic.v1.Reactor
+	1,  // 17: logic.v1.Api.UpsertUser:input_type -> logic.v1.UpsertUserRequest
+	2,  // 18: logic.v1.Api.GetUser:input_type -> logic.v1.GetUserRequest
+	4,  // 19: logic.v1.Api.DisableUser:input_type -> logic.v1.DisableUserRequest
+	6,  // 20: logic.v1.Api.EnableUser:input_type -> logic.v1.EnableUserRequest
+	7,  // 21: logic.v1.Api.IssueToken:input_type -> logic.v1.IssueTokenRequest
+	9,  // 22: logic.v1.Api.RevokeTokens:input_type -> logic.v1.RevokeTokensRequest
+	11, // 23: logic.v1.Api.AddFriend:input_type -> logic.v1.FriendPair
+	12, // 24: logic.v1.Api.RequestFriend:input_type -> logic.v1.FriendRequestRequest
+	11, // 25: logic.v1.Api.AcceptFriend:input_type -> logic.v1.FriendPair
+	11, // 26: logic.v1.Api.RemoveFriend:input_type -> logic.v1.FriendPair
+	15, // 27: logic.v1.Api.ListFriends:input_type -> logic.v1.ListRequest
+	13, // 28: logic.v1.Api.Block:input_type -> logic.v1.BlockRequest
+	13, // 29: logic.v1.Api.Unblock:input_type -> logic.v1.BlockRequest
+	15, // 30: logic.v1.Api.ListBlocks:input_type -> logic.v1.ListRequest
+	22, // 31: logic.v1.Api.CreateGroup:input_type -> logic.v1.CreateGroupRequest
+	24, // 32: logic.v1.Api.AddGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	24, // 33: logic.v1.Api.RemoveGroupMembers:input_type -> logic.v1.ChangeGroupMembersRequest
+	25, // 34: logic.v1.Api.LeaveGroup:input_type -> logic.v1.LeaveGroupRequest
+	26, // 35: logic.v1.Api.SetGroupRole:input_type -> logic.v1.SetGroupRoleRequest
+	27, // 36: logic.v1.Api.MuteGroup:input_type -> logic.v1.MuteGroupRequest
+	28, // 37: logic.v1.Api.MuteGroupMember:input_type -> logic.v1.MuteGroupMemberRequest
+	29, // 38: logic.v1.Api.TransferGroup:input_type -> logic.v1.TransferGroupRequest
+	23, // 39: logic.v1.Api.DissolveGroup:input_type -> logic.v1.GroupRef
+	30, // 40: logic.v1.Api.UpdateGroup:input_type -> logic.v1.UpdateGroupRequest
+	23, // 41: logic.v1.Api.GetGroup:input_type -> logic.v1.GroupRef
+	31, // 42: logic.v1.Api.ListGroupMembers:input_type -> logic.v1.ListGroupMembersRequest
+	34, // 43: logic.v1.Api.SendMessage:input_type -> logic.v1.SendMessageRequest
+	36, // 44: logic.v1.Api.DeleteMessageForEveryone:input_type -> logic.v1.DeleteMessageForEveryoneRequest
+	88, // 45: logic.v1.Api.SendSignal:input_type -> logic.v1.SendSignalRequest
+	77, // 46: logic.v1.Api.EditMessage:input_type -> logic.v1.EditMessageRequest
+	79, // 47: logic.v1.Api.AddReaction:input_type -> logic.v1.ReactionRequest
+	79, // 48: logic.v1.Api.RemoveReaction:input_type -> logic.v1.ReactionRequest
+	83, // 49: logic.v1.Api.ListReactions:input_type -> logic.v1.ListReactionsRequest
+	85, // 50: logic.v1.Api.ListReactors:input_type -> logic.v1.ListReactorsRequest
+	38, // 51: logic.v1.Api.GetHistory:input_type -> logic.v1.GetHistoryRequest
+	41, // 52: logic.v1.Api.PushToUsers:input_type -> logic.v1.PushToUsersRequest
+	42, // 53: logic.v1.Api.Broadcast:input_type -> logic.v1.BroadcastRequest
+	44, // 54: logic.v1.Api.GetPresence:input_type -> logic.v1.GetPresenceRequest
+	48, // 55: logic.v1.Api.KickUser:input_type -> logic.v1.KickUserRequest
+	50, // 56: logic.v1.Api.ListGates:input_type -> logic.v1.ListGatesRequest
+	53, // 57: logic.v1.Api.RegisterPushToken:input_type -> logic.v1.RegisterPushTokenRequest
+	54, // 58: logic.v1.Api.UnregisterPushToken:input_type -> logic.v1.UnregisterPushTokenRequest
+	56, // 59: logic.v1.Api.SetPushSettings:input_type -> logic.v1.PushSettings
+	57, // 60: logic.v1.Api.GetPushSettings:input_type -> logic.v1.GetPushSettingsRequest
+	58, // 61: logic.v1.Api.CreateWebhookEndpoint:input_type -> logic.v1.CreateWebhookEndpointRequest
+	60, // 62: logic.v1.Api.ListWebhookEndpoints:input_type -> logic.v1.ListWebhookEndpointsRequest
+	62, // 63: logic.v1.Api.DisableWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	63, // 64: logic.v1.Api.RotateWebhookSecret:input_type -> logic.v1.RotateWebhookSecretRequest
+	64, // 65: logic.v1.Api.ReplayWebhookEndpoint:input_type -> logic.v1.ReplayWebhookEndpointRequest
+	62, // 66: logic.v1.Api.TestWebhookEndpoint:input_type -> logic.v1.WebhookEndpointRef
+	71, // 67: logic.v1.Api.CreateUpload:input_type -> logic.v1.CreateUploadRequest
+	73, // 68: logic.v1.Api.CompleteUpload:input_type -> logic.v1.CompleteUploadRequest
+	75, // 69: logic.v1.Api.GetDownloadUrl:input_type -> logic.v1.GetDownloadUrlRequest
+	66, // 70: logic.v1.Api.PullUpstream:input_type -> logic.v1.PullUpstreamRequest
+	69, // 71: logic.v1.Api.AckUpstream:input_type -> logic.v1.AckUpstreamRequest
+	3,  // 72: logic.v1.Api.UpsertUser:output_type -> logic.v1.User
+	3,  // 73: logic.v1.Api.GetUser:output_type -> logic.v1.User
+	5,  // 74: logic.v1.Api.DisableUser:output_type -> logic.v1.DisableUserReply
+	3,  // 75: logic.v1.Api.EnableUser:output_type -> logic.v1.User
+	8,  // 76: logic.v1.Api.IssueToken:output_type -> logic.v1.IssueTokenReply
+	10, // 77: logic.v1.Api.RevokeTokens:output_type -> logic.v1.RevokeTokensReply
+	14, // 78: logic.v1.Api.AddFriend:output_type -> logic.v1.ChangeReply
+	14, // 79: logic.v1.Api.RequestFriend:output_type -> logic.v1.ChangeReply
+	14, // 80: logic.v1.Api.AcceptFriend:output_type -> logic.v1.ChangeReply
+	14, // 81: logic.v1.Api.RemoveFriend:output_type -> logic.v1.ChangeReply
+	17, // 82: logic.v1.Api.ListFriends:output_type -> logic.v1.ListFriendsReply
+	14, // 83: logic.v1.Api.Block:output_type -> logic.v1.ChangeReply
+	14, // 84: logic.v1.Api.Unblock:output_type -> logic.v1.ChangeReply
+	19, // 85: logic.v1.Api.ListBlocks:output_type -> logic.v1.ListBlocksReply
+	21, // 86: logic.v1.Api.CreateGroup:output_type -> logic.v1.GroupReply
+	21, // 87: logic.v1.Api.AddGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 88: logic.v1.Api.RemoveGroupMembers:output_type -> logic.v1.GroupReply
+	21, // 89: logic.v1.Api.LeaveGroup:output_type -> logic.v1.GroupReply
+	21, // 90: logic.v1.Api.SetGroupRole:output_type -> logic.v1.GroupReply
+	21, // 91: logic.v1.Api.MuteGroup:output_type -> logic.v1.GroupReply
+	21, // 92: logic.v1.Api.MuteGroupMember:output_type -> logic.v1.GroupReply
+	21, // 93: logic.v1.Api.TransferGroup:output_type -> logic.v1.GroupReply
+	21, // 94: logic.v1.Api.DissolveGroup:output_type -> logic.v1.GroupReply
+	21, // 95: logic.v1.Api.UpdateGroup:output_type -> logic.v1.GroupReply
+	20, // 96: logic.v1.Api.GetGroup:output_type -> logic.v1.Group
+	33, // 97: logic.v1.Api.ListGroupMembers:output_type -> logic.v1.ListGroupMembersReply
+	35, // 98: logic.v1.Api.SendMessage:output_type -> logic.v1.SendMessageReply
+	37, // 99: logic.v1.Api.DeleteMessageForEveryone:output_type -> logic.v1.DeleteMessageForEveryoneReply
+	89, // 100: logic.v1.Api.SendSignal:output_type -> logic.v1.SendSignalReply
+	78, // 101: logic.v1.Api.EditMessage:output_type -> logic.v1.EditMessageReply
+	80, // 102: logic.v1.Api.AddReaction:output_type -> logic.v1.ReactionReply
+	80, // 103: logic.v1.Api.RemoveReaction:output_type -> logic.v1.ReactionReply
+	84, // 104: logic.v1.Api.ListReactions:output_type -> logic.v1.ListReactionsReply
+	87, // 105: logic.v1.Api.ListReactors:output_type -> logic.v1.ListReactorsReply
+	40, // 106: logic.v1.Api.GetHistory:output_type -> logic.v1.GetHistoryReply
+	43, // 107: logic.v1.Api.PushToUsers:output_type -> logic.v1.PushReply
+	43, // 108: logic.v1.Api.Broadcast:output_type -> logic.v1.PushReply
+	47, // 109: logic.v1.Api.GetPresence:output_type -> logic.v1.GetPresenceReply
+	49, // 110: logic.v1.Api.KickUser:output_type -> logic.v1.KickUserReply
+	52, // 111: logic.v1.Api.ListGates:output_type -> logic.v1.ListGatesReply
+	55, // 112: logic.v1.Api.RegisterPushToken:output_type -> logic.v1.PushTokenReply
+	55, // 113: logic.v1.Api.UnregisterPushToken:output_type -> logic.v1.PushTokenReply
+	56, // 114: logic.v1.Api.SetPushSettings:output_type -> logic.v1.PushSettings
+	56, // 115: logic.v1.Api.GetPushSettings:output_type -> logic.v1.PushSettings
+	59, // 116: logic.v1.Api.CreateWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	61, // 117: logic.v1.Api.ListWebhookEndpoints:output_type -> logic.v1.ListWebhookEndpointsReply
+	59, // 118: logic.v1.Api.DisableWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	59, // 119: logic.v1.Api.RotateWebhookSecret:output_type -> logic.v1.WebhookEndpoint
+	59, // 120: logic.v1.Api.ReplayWebhookEndpoint:output_type -> logic.v1.WebhookEndpoint
+	65, // 121: logic.v1.Api.TestWebhookEndpoint:output_type -> logic.v1.TestWebhookEndpointReply
+	72, // 122: logic.v1.Api.CreateUpload:output_type -> logic.v1.CreateUploadReply
+	74, // 123: logic.v1.Api.CompleteUpload:output_type -> logic.v1.MediaObject
+	76, // 124: logic.v1.Api.GetDownloadUrl:output_type -> logic.v1.GetDownloadUrlReply
+	68, // 125: logic.v1.Api.PullUpstream:output_type -> logic.v1.PullUpstreamReply
+	70, // 126: logic.v1.Api.AckUpstream:output_type -> logic.v1.AckUpstreamReply
+	72, // [72:127] is the sub-list for method output_type
+	17, // [17:72] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_logic_v1_api_proto_init() }
@@ -5809,7 +6482,7 @@ func file_logic_v1_api_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_logic_v1_api_proto_rawDesc), len(file_logic_v1_api_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   81,
+			NumMessages:   90,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,10 @@ const (
 	Api_DeleteMessageForEveryone_FullMethodName = "/logic.v1.Api/DeleteMessageForEveryone"
 	Api_SendSignal_FullMethodName               = "/logic.v1.Api/SendSignal"
 	Api_EditMessage_FullMethodName              = "/logic.v1.Api/EditMessage"
+	Api_AddReaction_FullMethodName              = "/logic.v1.Api/AddReaction"
+	Api_RemoveReaction_FullMethodName           = "/logic.v1.Api/RemoveReaction"
+	Api_ListReactions_FullMethodName            = "/logic.v1.Api/ListReactions"
+	Api_ListReactors_FullMethodName             = "/logic.v1.Api/ListReactors"
 	Api_GetHistory_FullMethodName               = "/logic.v1.Api/GetHistory"
 	Api_PushToUsers_FullMethodName              = "/logic.v1.Api/PushToUsers"
 	Api_Broadcast_FullMethodName                = "/logic.v1.Api/Broadcast"
@@ -159,6 +163,21 @@ type ApiClient interface {
 	// within logic.edit_window, as EDIT_MESSAGE does for a device: the
 	// members' devices get the new version live, offline ones by sync.
 	EditMessage(ctx context.Context, in *EditMessageRequest, opts ...grpc.CallOption) (*EditMessageReply, error)
+	// AddReaction adds a member's emoji reaction to a message, as REACTION
+	// add does for a device: the members' devices learn of it live, offline
+	// ones by sync. The same emoji twice is ALREADY_EXISTS (40902); past
+	// logic.reaction_kinds or logic.reactions_per_user PERMISSION_DENIED
+	// (40303).
+	AddReaction(ctx context.Context, in *ReactionRequest, opts ...grpc.CallOption) (*ReactionReply, error)
+	// RemoveReaction removes it; removing one the user does not have
+	// answers changed false.
+	RemoveReaction(ctx context.Context, in *ReactionRequest, opts ...grpc.CallOption) (*ReactionReply, error)
+	// ListReactions answers the reaction counts, and the user's own, of up
+	// to 100 messages of a conversation the user is a member of.
+	ListReactions(ctx context.Context, in *ListReactionsRequest, opts ...grpc.CallOption) (*ListReactionsReply, error)
+	// ListReactors pages who reacted to a message with one emoji, by user
+	// id.
+	ListReactors(ctx context.Context, in *ListReactorsRequest, opts ...grpc.CallOption) (*ListReactorsReply, error)
 	// GetHistory pages a conversation's messages after a cursor, as the
 	// user sees them (SYNC_MESSAGES's paging).
 	GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error)
@@ -534,6 +553,46 @@ func (c *apiClient) EditMessage(ctx context.Context, in *EditMessageRequest, opt
 	return out, nil
 }
 
+func (c *apiClient) AddReaction(ctx context.Context, in *ReactionRequest, opts ...grpc.CallOption) (*ReactionReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReactionReply)
+	err := c.cc.Invoke(ctx, Api_AddReaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) RemoveReaction(ctx context.Context, in *ReactionRequest, opts ...grpc.CallOption) (*ReactionReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReactionReply)
+	err := c.cc.Invoke(ctx, Api_RemoveReaction_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ListReactions(ctx context.Context, in *ListReactionsRequest, opts ...grpc.CallOption) (*ListReactionsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReactionsReply)
+	err := c.cc.Invoke(ctx, Api_ListReactions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *apiClient) ListReactors(ctx context.Context, in *ListReactorsRequest, opts ...grpc.CallOption) (*ListReactorsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListReactorsReply)
+	err := c.cc.Invoke(ctx, Api_ListReactors_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *apiClient) GetHistory(ctx context.Context, in *GetHistoryRequest, opts ...grpc.CallOption) (*GetHistoryReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(GetHistoryReply)
@@ -831,6 +890,21 @@ type ApiServer interface {
 	// within logic.edit_window, as EDIT_MESSAGE does for a device: the
 	// members' devices get the new version live, offline ones by sync.
 	EditMessage(context.Context, *EditMessageRequest) (*EditMessageReply, error)
+	// AddReaction adds a member's emoji reaction to a message, as REACTION
+	// add does for a device: the members' devices learn of it live, offline
+	// ones by sync. The same emoji twice is ALREADY_EXISTS (40902); past
+	// logic.reaction_kinds or logic.reactions_per_user PERMISSION_DENIED
+	// (40303).
+	AddReaction(context.Context, *ReactionRequest) (*ReactionReply, error)
+	// RemoveReaction removes it; removing one the user does not have
+	// answers changed false.
+	RemoveReaction(context.Context, *ReactionRequest) (*ReactionReply, error)
+	// ListReactions answers the reaction counts, and the user's own, of up
+	// to 100 messages of a conversation the user is a member of.
+	ListReactions(context.Context, *ListReactionsRequest) (*ListReactionsReply, error)
+	// ListReactors pages who reacted to a message with one emoji, by user
+	// id.
+	ListReactors(context.Context, *ListReactorsRequest) (*ListReactorsReply, error)
 	// GetHistory pages a conversation's messages after a cursor, as the
 	// user sees them (SYNC_MESSAGES's paging).
 	GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error)
@@ -995,6 +1069,18 @@ func (UnimplementedApiServer) SendSignal(context.Context, *SendSignalRequest) (*
 }
 func (UnimplementedApiServer) EditMessage(context.Context, *EditMessageRequest) (*EditMessageReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method EditMessage not implemented")
+}
+func (UnimplementedApiServer) AddReaction(context.Context, *ReactionRequest) (*ReactionReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddReaction not implemented")
+}
+func (UnimplementedApiServer) RemoveReaction(context.Context, *ReactionRequest) (*ReactionReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveReaction not implemented")
+}
+func (UnimplementedApiServer) ListReactions(context.Context, *ListReactionsRequest) (*ListReactionsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReactions not implemented")
+}
+func (UnimplementedApiServer) ListReactors(context.Context, *ListReactorsRequest) (*ListReactorsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListReactors not implemented")
 }
 func (UnimplementedApiServer) GetHistory(context.Context, *GetHistoryRequest) (*GetHistoryReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetHistory not implemented")
@@ -1620,6 +1706,78 @@ func _Api_EditMessage_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Api_AddReaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).AddReaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_AddReaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).AddReaction(ctx, req.(*ReactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_RemoveReaction_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReactionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).RemoveReaction(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_RemoveReaction_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).RemoveReaction(ctx, req.(*ReactionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ListReactions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReactionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ListReactions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ListReactions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ListReactions(ctx, req.(*ListReactionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Api_ListReactors_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListReactorsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ApiServer).ListReactors(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Api_ListReactors_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ApiServer).ListReactors(ctx, req.(*ListReactorsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Api_GetHistory_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(GetHistoryRequest)
 	if err := dec(in); err != nil {
@@ -2124,6 +2282,22 @@ var Api_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "EditMessage",
 			Handler:    _Api_EditMessage_Handler,
+		},
+		{
+			MethodName: "AddReaction",
+			Handler:    _Api_AddReaction_Handler,
+		},
+		{
+			MethodName: "RemoveReaction",
+			Handler:    _Api_RemoveReaction_Handler,
+		},
+		{
+			MethodName: "ListReactions",
+			Handler:    _Api_ListReactions_Handler,
+		},
+		{
+			MethodName: "ListReactors",
+			Handler:    _Api_ListReactors_Handler,
 		},
 		{
 			MethodName: "GetHistory",

@@ -121,6 +121,10 @@ type DeliverJob struct {
 	// the ids and version (mailbox payloads are small; devices fetch the
 	// content by id).
 	MailboxPayload []byte `protobuf:"bytes,19,opt,name=mailbox_payload,json=mailboxPayload,proto3" json:"mailbox_payload,omitempty"`
+	// keep_lists, with mailbox_event_type, leaves the recipients' list
+	// entries as they are: the change does not touch what a list shows (a
+	// reaction), so a 10,000-member group's lists are not all recomputed.
+	KeepLists bool `protobuf:"varint,20,opt,name=keep_lists,json=keepLists,proto3" json:"keep_lists,omitempty"`
 	// trace_parent is the W3C traceparent of logic's span of the send, set
 	// only when tracing is on (decision 100): deliver's span of the job is
 	// its child.
@@ -281,6 +285,13 @@ func (x *DeliverJob) GetMailboxPayload() []byte {
 		return x.MailboxPayload
 	}
 	return nil
+}
+
+func (x *DeliverJob) GetKeepLists() bool {
+	if x != nil {
+		return x.KeepLists
+	}
+	return false
 }
 
 func (x *DeliverJob) GetTraceParent() string {
@@ -480,7 +491,7 @@ var File_queue_v1_job_proto protoreflect.FileDescriptor
 
 const file_queue_v1_job_proto_rawDesc = "" +
 	"\n" +
-	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xa6\x05\n" +
+	"\x12queue/v1/job.proto\x12\bqueue.v1\"\xc5\x05\n" +
 	"\n" +
 	"DeliverJob\x12%\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x11.queue.v1.JobKindR\x04kind\x12\x15\n" +
@@ -502,7 +513,9 @@ const file_queue_v1_job_proto_rawDesc = "" +
 	"\tno_unread\x18\x0e \x01(\bR\bnoUnread\x12&\n" +
 	"\x0fno_offline_push\x18\x0f \x01(\bR\rnoOfflinePush\x12,\n" +
 	"\x12mailbox_event_type\x18\x10 \x01(\x05R\x10mailboxEventType\x12'\n" +
-	"\x0fmailbox_payload\x18\x13 \x01(\fR\x0emailboxPayload\x12!\n" +
+	"\x0fmailbox_payload\x18\x13 \x01(\fR\x0emailboxPayload\x12\x1d\n" +
+	"\n" +
+	"keep_lists\x18\x14 \x01(\bR\tkeepLists\x12!\n" +
 	"\ftrace_parent\x18\x12 \x01(\tR\vtraceParent\x12\x18\n" +
 	"\apreview\x18\x11 \x01(\fR\apreview\"\xc4\x02\n" +
 	"\aPushJob\x12\x15\n" +

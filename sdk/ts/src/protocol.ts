@@ -28,6 +28,7 @@ export const Cmd = {
   UPSTREAM: 22,
   MEDIA: 23,
   EDIT_MESSAGE: 24,
+  REACTION: 25,
   SIGNAL: 32,
 } as const;
 
@@ -39,8 +40,10 @@ export const Code = {
   NOT_AUTHENTICATED: "40102",
   FORBIDDEN: "40301",
   REJECTED: "40302",
+  LIMIT_REACHED: "40303",
   NOT_FOUND: "40401",
   CONFLICT: "40901",
+  DUPLICATE: "40902",
   TOO_LARGE: "41301",
   RATE_LIMITED: "42901",
   INTERNAL: "50001",
@@ -56,6 +59,7 @@ export const EventType = {
   MISSED_MESSAGE: 5,
   DELETE: 6,
   EDIT: 7,
+  REACTION: 8,
 } as const;
 
 /** conversation_type values. */
