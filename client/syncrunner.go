@@ -92,17 +92,26 @@ type eventKey struct {
 	msgID int64
 	// version tells one edit of a message from the next (EventEdit).
 	version int
+	// change tells one reaction change from another (EventReaction):
+	// who, which emoji, added or removed, and the count after it.
+	change string
 }
 
 // keyOf is the key of an event of typ about msgID with this payload.
 func keyOf(typ int, msgID int64, payload []byte) eventKey {
 	k := eventKey{typ: typ, msgID: msgID}
-	if typ == EventEdit {
+	switch typ {
+	case EventEdit:
 		var e struct {
 			Version int `json:"version"`
 		}
 		if json.Unmarshal(payload, &e) == nil {
 			k.version = e.Version
+		}
+	case EventReaction:
+		var e protocol.ReactionPush
+		if json.Unmarshal(payload, &e) == nil {
+			k.change = fmt.Sprintf("%d %s %v %d", e.UserID, e.Emoji, e.Added, e.Count)
 		}
 	}
 	return k
@@ -203,8 +212,8 @@ func sortConversations(cs []Conversation) {
 	})
 }
 
-// NotePush records a RECALL_MESSAGE (9), DELETE_MESSAGE (15) or
-// EDIT_MESSAGE (24) push as the
+// NotePush records a RECALL_MESSAGE (9), DELETE_MESSAGE (15),
+// EDIT_MESSAGE (24) or REACTION (25) push as the
 // mailbox event it stands for and returns it, so the caller can show it at
 // once and a later Sync does not report the same event again. ok is false
 // for other pushes and for an event already noted.
@@ -217,6 +226,8 @@ func (r *SyncRunner) NotePush(f Frame) (MailboxEvent, bool) {
 		typ = EventDelete
 	case protocol.CmdEditMessage:
 		typ = EventEdit
+	case protocol.CmdReaction:
+		typ = EventReaction
 	default:
 		return MailboxEvent{}, false
 	}

@@ -301,6 +301,40 @@ func paritySteps(receiver string) []parityStep {
 		{method: "EditMessage", req: func(s *parityState) proto.Message {
 			return &logicv1.EditMessageRequest{SenderId: b, MsgId: s.msg, Content: `{"t":1,"text":"not mine"}`}
 		}, code: 40301},
+		{method: "AddReaction", req: func(s *parityState) proto.Message {
+			return &logicv1.ReactionRequest{UserId: b, MsgId: s.msg, Emoji: "👍"}
+		}},
+		{method: "AddReaction", req: func(s *parityState) proto.Message {
+			return &logicv1.ReactionRequest{UserId: b, MsgId: s.msg, Emoji: "👍"}
+		}, code: 40902},
+		{method: "AddReaction", req: func(s *parityState) proto.Message {
+			return &logicv1.ReactionRequest{UserId: b, MsgId: s.msg, Emoji: "+1"}
+		}, code: 40001},
+		{method: "AddReaction", req: func(s *parityState) proto.Message {
+			return &logicv1.ReactionRequest{UserId: c, MsgId: s.msg, Emoji: "👍"}
+		}, code: 40301},
+		{method: "AddReaction", req: in(&logicv1.ReactionRequest{UserId: b, MsgId: 1, Emoji: "👍"}), code: 40401},
+		{method: "AddReaction", req: func(s *parityState) proto.Message {
+			return &logicv1.ReactionRequest{UserId: a, MsgId: s.msg, Emoji: "❤️"}
+		}},
+		{method: "RemoveReaction", req: func(s *parityState) proto.Message {
+			return &logicv1.ReactionRequest{UserId: a, MsgId: s.msg, Emoji: "❤️"}
+		}},
+		{method: "RemoveReaction", req: func(s *parityState) proto.Message {
+			return &logicv1.ReactionRequest{UserId: a, MsgId: s.msg, Emoji: "❤️"}
+		}},
+		{method: "ListReactions", req: func(s *parityState) proto.Message {
+			return &logicv1.ListReactionsRequest{UserId: a, ConversationId: s.conv, MsgIds: []int64{s.msg}}
+		}},
+		{method: "ListReactions", req: func(s *parityState) proto.Message {
+			return &logicv1.ListReactionsRequest{UserId: a, ConversationId: s.conv}
+		}, code: 40001},
+		{method: "ListReactors", req: func(s *parityState) proto.Message {
+			return &logicv1.ListReactorsRequest{UserId: a, MsgId: s.msg, Emoji: "👍", Limit: 10}
+		}},
+		{method: "ListReactors", req: func(s *parityState) proto.Message {
+			return &logicv1.ListReactorsRequest{UserId: a, MsgId: s.msg, Emoji: "👍", Limit: 101}
+		}, code: 40001},
 		{method: "DeleteMessageForEveryone", req: in(&logicv1.DeleteMessageForEveryoneRequest{MsgId: 1}), code: 40401},
 		{method: "SendSignal", req: func(s *parityState) proto.Message {
 			return &logicv1.SendSignalRequest{SenderId: a, ConversationId: s.conv, Kind: "typing"}

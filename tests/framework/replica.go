@@ -25,12 +25,17 @@ type Replica struct {
 	Msgs         map[int64]map[int64]protocol.Message
 	Cursor       map[int64]int64
 	Deleted      map[int64]bool
+	// Reactions are the counts of each message's emojis the device
+	// learned from pushes and, authoritatively, from REACTION get after a
+	// sync's REACTION events.
+	Reactions map[int64]map[string]int
 }
 
 // NewReplica returns an empty (fresh device) replica.
 func NewReplica() *Replica {
 	return &Replica{DialogCursor: "0", MailboxSeq: "0", Convs: map[int64]client.Conversation{},
-		Msgs: map[int64]map[int64]protocol.Message{}, Cursor: map[int64]int64{}, Deleted: map[int64]bool{}}
+		Msgs: map[int64]map[int64]protocol.Message{}, Cursor: map[int64]int64{}, Deleted: map[int64]bool{},
+		Reactions: map[int64]map[string]int{}}
 }
 
 func (r *Replica) put(m protocol.Message) {
@@ -84,6 +89,16 @@ func (r *Replica) ApplyPush(f client.Frame) error {
 			return fmt.Errorf("push %d data %s: %w", f.Command, env.Data, err)
 		}
 		r.edit(e.ConversationID.Int64(), e.MsgID.Int64(), e.Version, e.EditedAt, e.Content)
+	case protocol.CmdReaction:
+		env, err := f.Envelope()
+		if err != nil {
+			return err
+		}
+		var e protocol.ReactionPush
+		if err := json.Unmarshal(env.Data, &e); err != nil {
+			return fmt.Errorf("push %d data %s: %w", f.Command, env.Data, err)
+		}
+		r.react(e.MsgID.Int64(), e.Emoji, e.Count)
 	case protocol.CmdRecallMessage, protocol.CmdDeleteMessage:
 		env, err := f.Envelope()
 		if err != nil {
@@ -111,6 +126,33 @@ func (r *Replica) edit(cid, msgID int64, version int, at int64, content json.Raw
 	}
 }
 
+// react sets the count of one emoji of a message.
+func (r *Replica) react(msgID int64, emoji string, count int) {
+	if r.Reactions[msgID] == nil {
+		r.Reactions[msgID] = map[string]int{}
+	}
+	if r.Reactions[msgID][emoji] = count; count == 0 {
+		delete(r.Reactions[msgID], emoji)
+	}
+}
+
+// ReactionsOf renders a message's counts as "emoji count" pairs in emoji
+// order.
+func (r *Replica) ReactionsOf(msgID int64) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]string, 0, len(r.Reactions[msgID]))
+	for k := range r.Reactions[msgID] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s %d", k, r.Reactions[msgID][k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // DeleteLocal applies a delete-for-me this device made itself (the server
 // pushes it only to the user's other devices).
 func (r *Replica) DeleteLocal(cid, msgID int64) {
@@ -134,6 +176,9 @@ func (r *Replica) Sync(ctx context.Context, conn *client.Conn) error {
 	// edited are the messages EDIT events named: their new versions are
 	// fetched by id once the conversations are synced.
 	edited := map[int64][]int64{}
+	// reacted are the messages REACTION events named: their counts are
+	// read with REACTION get.
+	reacted := map[int64][]int64{}
 	for _, c := range page.Conversations {
 		r.Convs[c.ConversationID.Int64()] = c
 		dirty[c.ConversationID.Int64()] = true
@@ -147,6 +192,8 @@ func (r *Replica) Sync(ctx context.Context, conn *client.Conn) error {
 			delete(r.Msgs[e.ConversationID.Int64()], e.MsgID.Int64())
 		case client.EventEdit:
 			edited[e.ConversationID.Int64()] = append(edited[e.ConversationID.Int64()], e.MsgID.Int64())
+		case client.EventReaction:
+			reacted[e.ConversationID.Int64()] = append(reacted[e.ConversationID.Int64()], e.MsgID.Int64())
 		}
 	}
 	for cid := range dirty {
@@ -168,6 +215,24 @@ func (r *Replica) Sync(ctx context.Context, conn *client.Conn) error {
 			}
 			for _, m := range msgs {
 				r.edit(cid, m.MsgID.Int64(), m.Version, m.EditedAt, m.Content)
+			}
+			ids = ids[n:]
+		}
+	}
+	for cid, ids := range reacted {
+		for len(ids) > 0 {
+			n := min(len(ids), protocol.MaxReactionMsgIDs)
+			got, err := conn.Reactions(ctx, cid, ids[:n])
+			if err != nil {
+				return fmt.Errorf("reactions of %d: %w", cid, err)
+			}
+			for _, id := range ids[:n] {
+				delete(r.Reactions, id)
+			}
+			for _, m := range got {
+				for _, c := range m.Reactions {
+					r.react(m.MsgID.Int64(), c.Emoji, c.Count)
+				}
 			}
 			ids = ids[n:]
 		}

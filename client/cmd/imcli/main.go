@@ -71,6 +71,8 @@ const helpText = `commands:
   /read <conv>            mark a conversation read up to its newest message
   /recall <msg>           recall one of your messages (within the recall window)
   /edit <msg> <text>      replace the text of one of your messages (within the edit window)
+  /react <msg> <emoji>    react to a message with one emoji (/unreact removes it)
+  /reactors <msg> <emoji> who reacted to a message with an emoji
   /typing <conv> [kind]   tell the conversation's online members you are typing (or send another signal kind)
   /delete-all <msg>       delete a group message for every member (group owner and admins)
   /reply <conv> <msg> <text>  reply to a message of a conversation, quoting it
@@ -399,7 +401,7 @@ func (a *app) pump(sess *client.Session, hint chan<- struct{}) {
 					a.print(signalLine(sg))
 				}
 			}
-		case protocol.CmdRecallMessage, protocol.CmdDeleteMessage, protocol.CmdEditMessage:
+		case protocol.CmdRecallMessage, protocol.CmdDeleteMessage, protocol.CmdEditMessage, protocol.CmdReaction:
 			if e, ok := a.runner.NotePush(fr); ok {
 				a.print(eventLine(e))
 			}
@@ -663,6 +665,48 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 			return false
 		}
 		a.printf("edited #%d (version %d)\n", mid, r.Version)
+	case "/react", "/unreact":
+		mid, ok := idArg(1, "msg")
+		if !ok {
+			return false
+		}
+		if len(fields) != 3 {
+			a.errorf("usage: %s <msg> <emoji>", fields[0])
+			return false
+		}
+		react := conn.React
+		if fields[0] == "/unreact" {
+			react = conn.Unreact
+		}
+		r, err := react(ctx, 0, mid, fields[2])
+		if err != nil {
+			a.errorf("%s: %v", fields[0][1:], err)
+			return false
+		}
+		a.printf("#%d %s %d\n", mid, r.Emoji, r.Count)
+	case "/reactors":
+		mid, ok := idArg(1, "msg")
+		if !ok {
+			return false
+		}
+		if len(fields) != 3 {
+			a.errorf("usage: /reactors <msg> <emoji>")
+			return false
+		}
+		page, err := conn.Reactors(ctx, 0, mid, fields[2], 0, 0)
+		if err != nil {
+			a.errorf("reactors: %v", err)
+			return false
+		}
+		users := make([]string, 0, len(page.Users))
+		for _, u := range page.Users {
+			users = append(users, u.UserID.String())
+		}
+		more := ""
+		if page.More {
+			more = " …"
+		}
+		a.printf("#%d %s %d: %s%s\n", mid, page.Emoji, page.Count, strings.Join(users, " "), more)
 	case "/typing":
 		cid, ok := idArg(1, "conv")
 		if !ok {
@@ -887,10 +931,28 @@ func (a *app) history(ctx context.Context, conn *client.Conn, cid int64, n int) 
 		a.errorf("history: %v", err)
 		return
 	}
+	ids := make([]int64, 0, len(ms))
+	for _, m := range ms {
+		ids = append(ids, m.MsgID.Int64())
+	}
+	reactions := map[int64]string{}
+	if len(ids) > 0 {
+		rs, err := conn.Reactions(ctx, cid, ids[max(0, len(ids)-protocol.MaxReactionMsgIDs):])
+		if err != nil {
+			a.errorf("reactions: %v", err)
+		}
+		for _, r := range rs {
+			reactions[r.MsgID.Int64()] = reactionsText(r.Reactions)
+		}
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "history of conv %d: %d of %d messages\n", cid, len(ms), total)
 	for _, m := range ms {
-		b.WriteString(messageLine(m))
+		line := messageLine(m)
+		if r := reactions[m.MsgID.Int64()]; r != "" {
+			line = strings.TrimSuffix(line, "\n") + "  " + r + "\n"
+		}
+		b.WriteString(line)
 	}
 	a.print(b.String())
 }
@@ -1088,6 +1150,20 @@ func conversationLine(c client.Conversation) string {
 	return b.String()
 }
 
+// reactionsText renders a message's counts: [👍 2* ❤️ 1], * marking
+// the user's own.
+func reactionsText(rs []protocol.ReactionCount) string {
+	parts := make([]string, 0, len(rs))
+	for _, r := range rs {
+		p := fmt.Sprintf("%s %d", r.Emoji, r.Count)
+		if r.Me {
+			p += "*"
+		}
+		parts = append(parts, p)
+	}
+	return "[" + strings.Join(parts, " ") + "]"
+}
+
 // messageLine renders a message: [conv 7301] 15:04:05 #7302 1002: hello
 func messageLine(m protocol.Message) string {
 	at := ""
@@ -1116,6 +1192,14 @@ func eventLine(e client.MailboxEvent) string {
 				messageText(protocol.Message{MessageType: protocol.MessageText, Content: ed.Content}))
 		}
 		return fmt.Sprintf("[conv %d] #%d was edited (version %d)\n", e.ConversationID, e.MsgID, ed.Version)
+	case client.EventReaction:
+		var r protocol.ReactionPush
+		_ = json.Unmarshal(e.Payload, &r)
+		verb := "removed"
+		if r.Added {
+			verb = "reacted"
+		}
+		return fmt.Sprintf("[conv %d] #%d %d %s %s (%d)\n", e.ConversationID, e.MsgID, r.UserID, verb, r.Emoji, r.Count)
 	case client.EventKick:
 		var k protocol.KickPayload
 		_ = json.Unmarshal(e.Payload, &k)
