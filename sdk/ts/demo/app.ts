@@ -154,6 +154,9 @@ function messageItem(m: Message): HTMLLIElement {
     li.append(who, text);
   }
   if (m.status !== 2 && m.status !== 3) {
+    li.append(reactionRow(m));
+  }
+  if (m.status !== 2 && m.status !== 3) {
     // Clicking a message makes the next one sent a reply to it.
     li.addEventListener("click", () => {
       replyTo = replyTo === m.msg_id ? undefined : m.msg_id;
@@ -161,6 +164,35 @@ function messageItem(m: Message): HTMLLIElement {
     });
   }
   return li;
+}
+
+/** The reactions of m as buttons (clicking one toggles your own) and a 👍 button to add one. */
+function reactionRow(m: Message): HTMLDivElement {
+  const row = document.createElement("div");
+  row.className = "reactions";
+  const toggle = (emoji: string, mine: boolean) => (ev: Event) => {
+    ev.stopPropagation(); // not a click that picks the message to reply to
+    (mine ? client.unreact(m.conversation_id, m.msg_id, emoji) : client.react(m.conversation_id, m.msg_id, emoji)).catch((e: Error) =>
+      console.warn("demo: reaction", e.message),
+    );
+  };
+  for (const r of m.reactions ?? []) {
+    const b = document.createElement("button");
+    b.className = r.me ? "reaction me" : "reaction";
+    b.dataset.emoji = r.emoji;
+    b.textContent = `${r.emoji} ${r.count}`;
+    b.addEventListener("click", toggle(r.emoji, r.me === true));
+    row.append(b);
+  }
+  if (!(m.reactions ?? []).some((r) => r.emoji === "👍" && r.me)) {
+    const add = document.createElement("button");
+    add.className = "add-reaction";
+    add.title = "React with 👍";
+    add.textContent = "+👍";
+    add.addEventListener("click", toggle("👍", false));
+    row.append(add);
+  }
+  return row;
 }
 
 /** Points img at a download URL of the picture of m, asking the server for one unless a fresh one is cached. */
@@ -229,6 +261,9 @@ function openConversation(cid: Id): void {
   open = { cid };
   renderConversations();
   renderMessages();
+  // Sync carries no reactions: read those of the messages shown.
+  const ids = client.messages(cid).slice(-100).map((m) => m.msg_id);
+  if (ids.length > 0) client.reactions(cid, ids).catch((e: Error) => console.warn("demo: reactions", e.message));
   readOpen();
   ($("text") as HTMLInputElement).focus();
 }
@@ -367,6 +402,7 @@ client.on("synced", () => {
 client.on("recall", renderMessages);
 client.on("deletedForEveryone", renderMessages);
 client.on("edit", renderMessages);
+client.on("reaction", renderMessages);
 client.on("delete", renderMessages);
 client.on("error", (e) => console.warn("spark:", e.message));
 

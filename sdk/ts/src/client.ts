@@ -30,6 +30,8 @@ import {
   type MediaUpload,
   type SignalPush,
   type Message,
+  type ReactionCount,
+  type ReactorsPage,
   type PushPreview,
   type PushToken,
   type ReplySnapshot,
@@ -189,6 +191,8 @@ export interface SparkEvents {
   deletedForEveryone: (conversationId: Id, msgId: Id) => void;
   /** Its sender edited a message: the cached copy has the new content, version and edited_at. */
   edit: (conversationId: Id, msgId: Id) => void;
+  /** A cached message's reactions changed (its reactions field is the new counts). */
+  reaction: (conversationId: Id, msgId: Id) => void;
   /** A transient signal of another member's device (SIGNAL 32: "typing", "typing_stop" or the application's own kind). */
   signal: (s: SignalPush) => void;
   /**
@@ -304,6 +308,8 @@ export class SparkClient {
   };
   /** Cached messages EDIT events named, fetched by id at the end of a sync. */
   private editsToFetch = new Map<Id, Set<Id>>();
+  /** Cached messages REACTION events named, whose counts are read at the end of a sync. */
+  private reactionsToFetch = new Map<Id, Set<Id>>();
   private readonly listeners: Listeners = {
     state: new Set(),
     message: new Set(),
@@ -311,6 +317,7 @@ export class SparkClient {
     recall: new Set(),
     deletedForEveryone: new Set(),
     edit: new Set(),
+    reaction: new Set(),
     signal: new Set(),
     delete: new Set(),
     kick: new Set(),
@@ -696,6 +703,13 @@ export class SparkClient {
           payload: d.payload && typeof d.payload === "object" ? (d.payload as Record<string, unknown>) : undefined,
         });
         return;
+      case Cmd.REACTION:
+        if (typeof d.emoji === "string" && typeof d.count === "number") {
+          const mine = idOf(d.user_id) === this.o.userId ? d.added === true : undefined;
+          this.applyReaction(idOf(d.conversation_id), idOf(d.msg_id), d.emoji, d.count, mine);
+          this.persist();
+        }
+        return;
       case Cmd.EDIT_MESSAGE:
         if (typeof d.version === "number" && d.content && typeof d.content === "object") {
           this.applyEdit(idOf(d.conversation_id), idOf(d.msg_id), d.version, Number(d.edited_at) || 0, d.content as Message["content"]);
@@ -842,6 +856,58 @@ export class SparkClient {
       if (status === 3) this.emit("deletedForEveryone", cid, msgId);
       else this.emit("recall", cid, msgId);
     }
+  }
+
+  /**
+   * Sets one emoji's count on a cached message; mine, when known, is
+   * whether the user's own reaction is among them.
+   */
+  private applyReaction(cid: Id, msgId: Id, emoji: string, count: number, mine?: boolean): void {
+    const m = this.st.messages[cid]?.find((x) => x.msg_id === msgId);
+    if (!m || (m.status ?? 1) !== 1) return;
+    const list = (m.reactions ??= []);
+    const i = list.findIndex((r) => r.emoji === emoji);
+    if (count <= 0) {
+      if (i >= 0) list.splice(i, 1);
+    } else if (i >= 0) {
+      list[i] = { emoji, count, me: mine ?? list[i].me };
+    } else {
+      list.push({ emoji, count, me: mine ?? false });
+    }
+    if (list.length === 0) delete m.reactions;
+    this.emit("reaction", cid, msgId);
+  }
+
+  /** Replaces the cached counts of the messages asked about with a get answer's. */
+  private applyReactionPage(cid: Id, asked: Id[], got: { msg_id: Id; reactions: ReactionCount[] }[]): void {
+    const byId = new Map(got.map((m) => [m.msg_id, m.reactions]));
+    for (const id of asked) {
+      const m = this.st.messages[cid]?.find((x) => x.msg_id === id);
+      if (!m) continue;
+      const rs = byId.get(id);
+      const before = JSON.stringify(m.reactions ?? []);
+      if (rs && rs.length > 0 && (m.status ?? 1) === 1) m.reactions = rs.map((r) => ({ emoji: r.emoji, count: r.count, me: r.me === true }));
+      else delete m.reactions;
+      if (JSON.stringify(m.reactions ?? []) !== before) this.emit("reaction", cid, id);
+    }
+  }
+
+  /** Reads the counts of up to 100 messages of a conversation with REACTION get, following its pages. */
+  private async fetchReactions(link: Link | null, cid: Id, ids: Id[]): Promise<{ msg_id: Id; reactions: ReactionCount[] }[]> {
+    const out: { msg_id: Id; reactions: ReactionCount[] }[] = [];
+    let rest = [...ids].sort(compareIds);
+    while (rest.length > 0) {
+      const body = { op: "get", conversation_id: cid, msg_ids: rest };
+      const r = link
+        ? await this.requestOn<ReactionsData>(link, Cmd.REACTION, body)
+        : await this.request<ReactionsData>(Cmd.REACTION, body);
+      if (r.code !== Code.OK) throw new CodeError(r.command, r.code, r.msg);
+      out.push(...(r.data.messages ?? []));
+      if (!r.data.more || !r.data.next_msg_id) break;
+      const next = r.data.next_msg_id;
+      rest = rest.filter((id) => compareIds(id, next) >= 0);
+    }
+    return out;
   }
 
   /** Queues a cached message for fetchEdits. */
@@ -1031,6 +1097,22 @@ export class SparkClient {
         if (last) break;
       }
     }
+    if (this.reactionsToFetch.size > 0) {
+      const reacted = this.reactionsToFetch;
+      this.reactionsToFetch = new Map();
+      try {
+        for (const [cid, ids] of reacted) {
+          const all = [...ids];
+          for (let i = 0; i < all.length; i += 100) {
+            const part = all.slice(i, i + 100);
+            this.applyReactionPage(cid, part, await this.fetchReactions(link, cid, part));
+          }
+        }
+      } catch (e) {
+        for (const [cid, ids] of reacted) for (const id of ids) noteIn(this.reactionsToFetch, cid, id);
+        throw e;
+      }
+    }
     if (this.editsToFetch.size > 0) {
       const edited = this.editsToFetch;
       this.editsToFetch = new Map();
@@ -1053,6 +1135,12 @@ export class SparkClient {
       case EventType.DELETE:
         if ((e.payload as { for_everyone?: boolean } | null)?.for_everyone === true) this.applyRecall(e.conversation_id, e.msg_id, 3);
         else this.applyDelete(e.conversation_id, e.msg_id);
+        return;
+      case EventType.REACTION:
+        // A cached message's counts are read at the sync's end (one get
+        // for all the events of a message); an uncached one has none to
+        // keep.
+        if (this.st.messages[e.conversation_id]?.some((x) => x.msg_id === e.msg_id)) noteIn(this.reactionsToFetch, e.conversation_id, e.msg_id);
         return;
       case EventType.EDIT: {
         // A cached message is fetched again at the sync's end; one not
@@ -1201,6 +1289,53 @@ export class SparkClient {
   }
 
   /**
+   * Adds the user's reaction to a message (REACTION add: one emoji) and
+   * resolves with the emoji's count; the cached copy and the other
+   * devices follow. The same emoji twice rejects with code 40902, past the
+   * server's caps with 40303.
+   */
+  async react(conversationId: Id, msgId: Id, emoji: string): Promise<number> {
+    return this.changeReaction("add", conversationId, msgId, emoji);
+  }
+
+  /** Removes the user's reaction (REACTION remove); resolves with the emoji's count. */
+  async unreact(conversationId: Id, msgId: Id, emoji: string): Promise<number> {
+    return this.changeReaction("remove", conversationId, msgId, emoji);
+  }
+
+  private async changeReaction(op: "add" | "remove", conversationId: Id, msgId: Id, emoji: string): Promise<number> {
+    const r = await this.request<{ count: number; changed: boolean }>(Cmd.REACTION, { op, conversation_id: conversationId, msg_id: msgId, emoji });
+    this.applyReaction(conversationId, msgId, emoji, r.data.count, op === "add");
+    this.persist();
+    return r.data.count;
+  }
+
+  /**
+   * Reads the reactions of messages of a conversation (REACTION get) and
+   * resolves with each one's counts (in the order the emojis were first
+   * used; me marks the user's own). Cached copies take them, so a page
+   * that shows messages calls this once for them: the server's sync does
+   * not carry reactions.
+   */
+  async reactions(conversationId: Id, msgIds: Id[]): Promise<Map<Id, ReactionCount[]>> {
+    const out = new Map<Id, ReactionCount[]>();
+    for (let i = 0; i < msgIds.length; i += 100) {
+      const part = msgIds.slice(i, i + 100);
+      const got = await this.fetchReactions(null, conversationId, part);
+      this.applyReactionPage(conversationId, part, got);
+      for (const m of got) out.set(m.msg_id, m.reactions.map((r) => ({ emoji: r.emoji, count: r.count, me: r.me === true })));
+    }
+    this.persist();
+    return out;
+  }
+
+  /** Reads a page of who reacted to a message with one emoji (REACTION users), by user id after after. */
+  async reactors(conversationId: Id, msgId: Id, emoji: string, after?: Id, limit?: number): Promise<ReactorsPage> {
+    const r = await this.request<ReactorsPage>(Cmd.REACTION, { op: "users", conversation_id: conversationId, msg_id: msgId, emoji, after: after ?? "0", limit: limit ?? 0 });
+    return r.data;
+  }
+
+  /**
    * Sends a transient signal into a conversation (SIGNAL 32): "typing"
    * every few seconds while the user types, "typing_stop" when they stop,
    * or the application's own kind with an optional payload (at most
@@ -1342,4 +1477,19 @@ function putBlob(up: MediaUpload, blob: Blob, onProgress?: (sent: number, total:
     xhr.onerror = () => reject(new Error("upload failed: network error"));
     xhr.send(blob);
   });
+}
+
+/** The data of a REACTION get answer. */
+interface ReactionsData {
+  conversation_id: Id;
+  messages?: { msg_id: Id; reactions: ReactionCount[] }[];
+  more?: boolean;
+  next_msg_id?: Id;
+}
+
+/** Adds id to the set of cid in m. */
+function noteIn(m: Map<Id, Set<Id>>, cid: Id, id: Id): void {
+  let ids = m.get(cid);
+  if (!ids) m.set(cid, (ids = new Set()));
+  ids.add(id);
 }

@@ -144,6 +144,31 @@ export interface Message {
   /** How many times its sender edited it (absent: never), and when last (unix ms). */
   version?: number;
   edited_at?: number;
+  /**
+   * Its reactions as this device knows them (REACTION 25): kept by the
+   * SDK from pushes, sync and reactions(); the server's SYNC_MESSAGES does
+   * not carry them.
+   */
+  reactions?: ReactionCount[];
+}
+
+/** One emoji's count on a message; me marks the user's own. */
+export interface ReactionCount {
+  emoji: string;
+  count: number;
+  me?: boolean;
+}
+
+/** A page of who reacted to a message with one emoji (REACTION users). */
+export interface ReactorsPage {
+  msg_id: Id;
+  conversation_id: Id;
+  emoji: string;
+  count: number;
+  users: { user_id: Id; reacted_at: number }[];
+  more: boolean;
+  /** The after of the next page when more. */
+  next?: Id;
 }
 
 /**

@@ -285,6 +285,19 @@ try {
   await shot(pageB2, "06-b-picture-received");
   step(`picture ${sentImage.key} sent by A's page, shown on B's`);
 
+  // A reaction: B's page reacts 👍 to the picture and A's page shows it
+  // live; A's page reacts too and B's count follows (REACTION pushes).
+  const reactionSel = (id) => `#messages li[data-msg-id="${id}"] .reactions button.reaction[data-emoji="👍"]`;
+  await pageB2.click(`#messages li[data-msg-id="${sentImage.msg_id}"] .add-reaction`);
+  await pageB2.waitForSelector(reactionSel(sentImage.msg_id) + ".me", WAIT);
+  await pageA.waitForFunction((sel) => document.querySelector(sel)?.textContent === "👍 1", reactionSel(sentImage.msg_id), WAIT);
+  await pageA.click(`#messages li[data-msg-id="${sentImage.msg_id}"] .add-reaction`);
+  await pageB2.waitForFunction((sel) => document.querySelector(sel)?.textContent === "👍 2", reactionSel(sentImage.msg_id), WAIT);
+  await pageA.waitForSelector(reactionSel(sentImage.msg_id) + ".me", WAIT);
+  await shot(pageA, "07-a-reactions");
+  await shot(pageB2, "07-b-reactions");
+  step(`reactions on ${sentImage.msg_id}: B's 👍 shown on A's page, A's on B's, count 2`);
+
   assert.deepEqual(pageErrors, [], "no uncaught page errors");
   const result = { conversation_id: convId, a: aRows, b: bRows, texts: all, image: sentImage };
   writeFileSync(path.join(cfg.artifacts, "result.json"), JSON.stringify(result, null, 2));

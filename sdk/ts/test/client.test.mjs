@@ -593,3 +593,51 @@ test("signal sends SIGNAL with its kind and payload; a SIGNAL push is the signal
   assert.deepEqual(seen[0], { conversation_id: "41", sender_id: "1002", device_id: "phone", kind: "typing", payload: undefined });
   c.close();
 });
+
+test("reactions: react and unreact update the cached counts, a REACTION push sets one emoji's count, a REACTION event reads the message's counts with get at the end of the sync, and a duplicate rejects 40902", async () => {
+  const gate = new Gate();
+  let syncs = 0;
+  gate.handlers[Cmd.SYNC_INBOX] = (s, f) => {
+    syncs++;
+    const events =
+      syncs === 2
+        ? [
+            { seq: "1", event_type: 8, conversation_id: "31", msg_id: "301", payload: { msg_id: "301", conversation_id: "31", user_id: "1003", emoji: "🎉", added: true, count: 1 } },
+            { seq: "2", event_type: 8, conversation_id: "31", msg_id: "301", payload: { msg_id: "301", conversation_id: "31", user_id: "1003", emoji: "🎉", added: false, count: 0 } },
+          ]
+        : [];
+    s.reply(f, Cmd.SYNC_INBOX_FINISH, { conversations: syncs === 1 ? [conv("31", "301", 0)] : [], events, dialog_cursor: `d${syncs}`, mailbox_seq: syncs === 2 ? "2" : "0" });
+  };
+  gate.handlers[Cmd.SYNC_MESSAGES] = (s, f) => s.reply(f, Cmd.SYNC_MESSAGES_FINISH, { conversation_id: "31", messages: [msg("301", "31")], next_msg_id: "301" });
+  const gets = [];
+  gate.handlers[Cmd.REACTION] = (s, f) => {
+    const b = JSON.parse(new TextDecoder().decode(f.body));
+    if (b.op === "get") {
+      gets.push(b.msg_ids);
+      return s.reply(f, Cmd.REACTION, { conversation_id: "31", messages: [{ msg_id: "301", reactions: [{ emoji: "👍", count: 3, me: true }, { emoji: "❤️", count: 1 }] }], more: false });
+    }
+    if (b.op === "add" && b.emoji === "👍") return s.reply(f, Cmd.REACTION, {}, "40902");
+    return s.reply(f, Cmd.REACTION, { msg_id: "301", conversation_id: "31", emoji: b.emoji, count: b.op === "add" ? 2 : 0, changed: true });
+  };
+  const { c } = newClient(gate);
+  const changes = [];
+  c.on("reaction", (cid, id) => changes.push(JSON.stringify(c.messages(cid).find((m) => m.msg_id === id)?.reactions ?? [])));
+  c.connect();
+  await until("first sync", () => syncs === 1 && c.state === "online" && c.messages("31").length === 1);
+  assert.equal(await c.react("31", "301", "😂"), 2);
+  assert.deepEqual(c.messages("31")[0].reactions, [{ emoji: "😂", count: 2, me: true }]);
+  await assert.rejects(c.react("31", "301", "👍"), (e) => e.code === Code.DUPLICATE);
+  // Another member's reaction: the count is set, "me" is kept.
+  gate.last.push(Cmd.REACTION, { msg_id: "301", conversation_id: "31", user_id: "1002", emoji: "😂", added: true, count: 3 }, 0);
+  await until("push applied", () => c.messages("31")[0].reactions?.[0]?.count === 3);
+  assert.deepEqual(c.messages("31")[0].reactions, [{ emoji: "😂", count: 3, me: true }]);
+  assert.equal(await c.unreact("31", "301", "😂"), 0);
+  assert.equal(c.messages("31")[0].reactions, undefined);
+  // Two events of one message: one get at the sync's end, whose counts replace the cache.
+  await c.sync();
+  assert.deepEqual(gets, [["301"]]);
+  assert.deepEqual(c.messages("31")[0].reactions, [{ emoji: "👍", count: 3, me: true }, { emoji: "❤️", count: 1, me: false }]);
+  assert.deepEqual((await c.reactions("31", ["301"])).get("301"), [{ emoji: "👍", count: 3, me: true }, { emoji: "❤️", count: 1, me: false }]);
+  assert.equal(changes.length, 4); // react, push, unreact, the sync's get (the explicit get changed nothing)
+  c.close();
+});
