@@ -148,6 +148,29 @@ func TestIMCliReplyQuotesTheOriginalInHistory(t *testing.T) {
 	inOrder(t, out, fmt.Sprintf("[re #%d 24201: see you at ten] fine by me", orig.MsgID))
 }
 
+// TestIMCliReactsAndHistoryShowsTheCounts: imcli's /react adds a
+// reaction, a reaction made while away shows as an event of the sync,
+// /history shows each message's counts with the user's own marked, and
+// /reactors lists who reacted.
+func TestIMCliReactsAndHistoryShowsTheCounts(t *testing.T) {
+	t.Parallel()
+	c := framework.NewCluster(t, framework.Options{Gates: 1, Partitions: 2})
+	ctx := ctxT(t, 2*time.Minute)
+	a := c.Login(t, 0, 24211, "a")
+	_ = c.Login(t, 0, 24212, "b-probe")
+	orig, err := a.Send(ctx, sendTo(24212, "cli-react", text(t, "ship it?")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.React(ctx, orig.ConversationID.Int64(), orig.MsgID.Int64(), "❤️"); err != nil {
+		t.Fatal(err)
+	}
+	out := runIMCli(t, ctx, c, 24212, filepath.Join(t.TempDir(), "state.json"),
+		fmt.Sprintf("/react %d 👍\n/history %d\n/reactors %d ❤️\n", orig.MsgID, orig.ConversationID, orig.MsgID))
+	inOrder(t, out, fmt.Sprintf("#%d 24211 reacted ❤️ (1)", orig.MsgID), fmt.Sprintf("#%d 👍 1", orig.MsgID), "ship it?  [❤️ 1 👍 1*]",
+		fmt.Sprintf("#%d ❤️ 1: 24211", orig.MsgID))
+}
+
 // TestAPIReplyInAGroupShowsTheSnapshotThenRecalledInHistory: the business
 // API's SendMessage takes reply_to in a group, GetHistory carries the
 // snapshot, a reference outside the group is NOT_FOUND, and once the

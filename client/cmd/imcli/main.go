@@ -829,9 +829,8 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 			a.errorf("usage: /send-file <to_user_id|g<group_id>> <path>")
 			return false
 		}
-		group := strings.HasPrefix(fields[1], "g")
-		id, err := strconv.ParseInt(strings.TrimPrefix(fields[1], "g"), 10, 64)
-		if err != nil || id <= 0 {
+		id, group, ok := parseTarget(fields[1])
+		if !ok {
 			a.errorf("usage: /send-file <to_user_id|g<group_id>> <path>")
 			return false
 		}
@@ -874,13 +873,13 @@ func (a *app) command(ctx context.Context, sess *client.Session, conn *client.Co
 			return false
 		}
 		to, text, found := strings.Cut(line, " ")
-		group := strings.HasPrefix(to, "g")
-		id, err := strconv.ParseInt(strings.TrimPrefix(to, "g"), 10, 64)
-		if !found || err != nil || id <= 0 {
+		id, group, ok := parseTarget(to)
+		if !found || !ok {
 			a.errorf("usage: <to_user_id> <text> or g<group_id> <text>   (/help for commands)")
 			return false
 		}
 		var ack protocol.SendAck
+		var err error
 		if group {
 			ack, err = a.sendGroup(ctx, sess, id, text)
 		} else {
@@ -1148,6 +1147,13 @@ func conversationLine(c client.Conversation) string {
 	}
 	b.WriteByte('\n')
 	return b.String()
+}
+
+// parseTarget reads a send target: a user id, or g and a group id.
+func parseTarget(s string) (id int64, group bool, ok bool) {
+	group = strings.HasPrefix(s, "g")
+	id, err := strconv.ParseInt(strings.TrimPrefix(s, "g"), 10, 64)
+	return id, group, err == nil && id > 0
 }
 
 // reactionsText renders a message's counts: [👍 2* ❤️ 1], * marking

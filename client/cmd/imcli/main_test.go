@@ -108,3 +108,24 @@ func TestGateAddrsSplitsTheCommaListAndDropsEmptyEntries(t *testing.T) {
 		}
 	}
 }
+
+func TestParseTargetReadsUsersAndGroups(t *testing.T) {
+	tests := []struct {
+		in        string
+		id        int64
+		group, ok bool
+	}{
+		{"1002", 1002, false, true},
+		{"g77", 77, true, true},
+		{"g", 0, true, false},
+		{"0", 0, false, false},
+		{"g-3", -3, true, false},
+		{"bob", 0, false, false},
+	}
+	for _, tt := range tests {
+		id, group, ok := parseTarget(tt.in)
+		if ok != tt.ok || ok && (id != tt.id || group != tt.group) {
+			t.Errorf("parseTarget(%q) = %d, %v, %v; want %d, %v, %v", tt.in, id, group, ok, tt.id, tt.group, tt.ok)
+		}
+	}
+}
